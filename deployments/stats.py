@@ -1,0 +1,137 @@
+"""Engine stats of each pool, shared by every ingress replica through one small Ray actor.
+
+Each pool replica pushes its vLLM engine stats every `PUSH_PERIOD_S`; each ingress replica pushes the
+requests it has in flight per pool and reads the merged `PoolStats`. So pressure is global (two
+ingress replicas do not each believe they own the pool) and the staleness is bounded:
+an entry is at most `PUSH_PERIOD_S` old when fresh and dropped after `STALE_AFTER_S` (a dead replica).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import ray
+
+PUSH_PERIOD_S = 0.5
+STALE_AFTER_S = 5.0
+BOARD_NAMESPACE = "specserve"
+
+_GAUGES = {"vllm:num_requests_running": "num_requests_running",
+           "vllm:num_requests_waiting": "num_requests_waiting",
+           "vllm:kv_cache_usage_perc": "kv_cache_usage"}
+_COUNTERS = {"vllm:generation_tokens": "generation_tokens",
+             "vllm:prompt_tokens": "prompt_tokens",
+             "vllm:spec_decode_num_drafts": "num_drafts",
+             "vllm:spec_decode_num_draft_tokens": "num_draft_tokens",
+             "vllm:spec_decode_num_accepted_tokens": "num_accepted_tokens"}
+
+
+@dataclass(slots=True)
+class EngineStats:
+    """One engine's (or a pool's summed) vLLM stats; counters are totals since engine start.
+
+    Spec-decode counters follow vLLM (`vllm:spec_decode_*`): `num_drafts` target steps that carried
+    drafts, `num_draft_tokens` proposed, `num_accepted_tokens` accepted, `accepted_per_pos[i]`
+    accepted at draft position i. Derived figures (../shared/DESIGN.md §2):
+    acceptance rate = accepted / draft tokens; mean acceptance length = 1 + accepted / drafts;
+    per-position α_1 = pos[0] / drafts, α_j = pos[j-1] / pos[j-2].
+    """
+
+    num_requests_running: int = 0
+    num_requests_waiting: int = 0
+    kv_cache_usage: float = 0.0  # fraction of KV blocks in use, 0..1
+    generation_tokens: int = 0
+    prompt_tokens: int = 0
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    accepted_per_pos: list[int] = field(default_factory=list)
+
+    @classmethod
+    def from_vllm_snapshot(cls, metrics: list) -> EngineStats:
+        """Sums `vllm.v1.metrics.reader.get_metrics_snapshot()` over its label sets."""
+        s = cls()
+        for m in metrics:
+            if m.name in _GAUGES:
+                attr = _GAUGES[m.name]
+                setattr(s, attr, getattr(s, attr) + type(getattr(s, attr))(m.value))
+            elif m.name in _COUNTERS:
+                attr = _COUNTERS[m.name]
+                setattr(s, attr, getattr(s, attr) + int(m.value))
+            elif m.name == "vllm:spec_decode_num_accepted_tokens_per_pos":
+                s.accepted_per_pos = _add_lists(s.accepted_per_pos, list(m.values))
+        return s
+
+    def add(self, other: EngineStats) -> None:
+        """Adds another engine's stats in place (kv_cache_usage becomes the maximum)."""
+        for name in ("num_requests_running", "num_requests_waiting", "generation_tokens",
+                     "prompt_tokens", "num_drafts", "num_draft_tokens", "num_accepted_tokens"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.kv_cache_usage = max(self.kv_cache_usage, other.kv_cache_usage)
+        self.accepted_per_pos = _add_lists(self.accepted_per_pos, other.accepted_per_pos)
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """accepted / proposed draft tokens (vLLM's "acceptance rate"; not α)."""
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else None
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        """Tokens emitted per target step that carried drafts: 1 + accepted / drafts."""
+        return 1 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else None
+
+
+def _add_lists(a: list[int], b: list[int]) -> list[int]:
+    n = max(len(a), len(b))
+    return [(a[i] if i < len(a) else 0) + (b[i] if i < len(b) else 0) for i in range(n)]
+
+
+@dataclass(slots=True)
+class PoolStats:
+    """A pool as the whole application sees it: live replicas, summed engine stats, and the
+    requests every ingress replica has in flight to it."""
+
+    replicas: int = 0
+    in_flight: int = 0
+    engine: EngineStats = field(default_factory=EngineStats)
+
+
+@ray.remote(num_cpus=0, max_restarts=-1)
+class StatsBoard:
+    """Latest report of every pool replica and every ingress replica, keyed by replica id."""
+
+    def __init__(self) -> None:
+        self._engines: dict[str, tuple[str, float, EngineStats]] = {}  # id -> (pool, t, stats)
+        self._in_flight: dict[str, tuple[float, dict[str, int]]] = {}  # ingress id -> (t, per pool)
+
+    def report_engine(self, replica_id: str, pool: str, stats: EngineStats) -> None:
+        self._engines[replica_id] = (pool, time.monotonic(), stats)
+
+    def report_in_flight(self, ingress_id: str, in_flight: dict[str, int]) -> None:
+        self._in_flight[ingress_id] = (time.monotonic(), dict(in_flight))
+
+    def snapshot(self, exclude_ingress: str = "") -> dict[str, PoolStats]:
+        """Per pool: fresh replicas, summed stats and in-flight requests of the other ingresses."""
+        now = time.monotonic()
+        pools: dict[str, PoolStats] = {}
+        for rid, (pool, t, stats) in list(self._engines.items()):
+            if now - t > STALE_AFTER_S:
+                del self._engines[rid]
+                continue
+            p = pools.setdefault(pool, PoolStats())
+            p.replicas += 1
+            p.engine.add(stats)
+        for iid, (t, counts) in list(self._in_flight.items()):
+            if now - t > STALE_AFTER_S:
+                del self._in_flight[iid]
+            elif iid != exclude_ingress:
+                for pool, n in counts.items():
+                    pools.setdefault(pool, PoolStats()).in_flight += n
+        return pools
+
+
+def get_board(app_name: str) -> ray.actor.ActorHandle:
+    """The application's StatsBoard, created on first use (detached, so no replica owns it)."""
+    return StatsBoard.options(name=f"stats-{app_name}", namespace=BOARD_NAMESPACE,
+                              lifetime="detached", get_if_exists=True).remote()

@@ -1,0 +1,178 @@
+"""The OpenAI-compatible ingress: picks the vanilla or the speculative pool for every request.
+
+Built on Ray Serve LLM's `OpenAiIngress` (request parsing, streaming, engine error mapping); adds the
+route decision, its headers (`x-specserve-route`, `x-specserve-reason`, `x-specserve-task`), a
+structured decision log line, `GET /metrics` and `GET /health`.
+
+Request extension: `"route": "auto" | "speculative" | "vanilla"` in the JSON body (OpenAI clients
+send it with `extra_body={"route": ...}`); default `auto`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import logging
+from typing import get_args
+
+from fastapi import FastAPI, Request
+from ray import serve
+from ray.llm._internal.serve.core.configs.openai_api_models import ModelCard
+from ray.serve.handle import DeploymentHandle
+from ray.serve.llm.ingress import OpenAiIngress
+from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionRequest
+from starlette.responses import Response, StreamingResponse
+
+from cluster.config import Route, SpecserveConfig
+from deployments.stats import get_board
+from router.classify import classify_text
+from router.errors import RequestError, error_response, install_error_handlers
+from router.metrics import CONTENT_TYPE, RouterMetrics
+from router.policy import RequestedRoute, RequestFeatures, choose_route
+from router.pressure import PressureTracker
+
+logger = logging.getLogger("specserve.router")
+
+# The pool chosen for the request being handled; read by `_get_configured_serve_handle`, which
+# Ray's `OpenAiIngress._get_response` calls in the same task.
+_ROUTE: contextvars.ContextVar[Route] = contextvars.ContextVar("specserve_route")
+
+
+def request_features(body: CompletionRequest | ChatCompletionRequest) -> RequestFeatures:
+    """Task, temperature, requested route and speculation-refused options of a request.
+
+    Pops the `route` extension field so it does not travel to the engine.
+
+    Raises:
+        RequestError: `route` is not one of auto/speculative/vanilla (400).
+    """
+    extra = body.model_extra if body.model_extra is not None else {}
+    requested = extra.pop("route", "auto")
+    if requested not in get_args(RequestedRoute):
+        raise RequestError(400, f"route: must be one of {list(get_args(RequestedRoute))}, got "
+                           f"{requested!r}", "route")
+    unsupported = tuple(name for name, on in (("min_p", bool(body.min_p)),
+                                              ("logit_bias", bool(body.logit_bias))) if on)
+    temperature = 1.0 if body.temperature is None else body.temperature
+    return RequestFeatures(task=classify_text(_text_of(body)), temperature=temperature,
+                           requested_route=requested, unsupported_options=unsupported)
+
+
+def _text_of(body: CompletionRequest | ChatCompletionRequest) -> str:
+    """The completion prompt, or the last user turn of a chat ('' for token-id prompts)."""
+    if isinstance(body, ChatCompletionRequest):
+        for msg in reversed(body.messages):
+            msg = msg if isinstance(msg, dict) else msg.model_dump()
+            if msg.get("role") == "user":
+                content = msg.get("content") or ""
+                if isinstance(content, list):  # content parts
+                    content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+                return str(content)
+        return ""
+    prompt = body.prompt
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+        return "\n".join(prompt)
+    return ""
+
+
+def build_fastapi_app(max_body_bytes: int) -> FastAPI:
+    """FastAPI app with OpenAI error JSON and a request-size limit (413 above `max_body_bytes`).
+
+    CORS is off: a browser client needs an explicit proxy or a future config switch.
+    """
+    app = FastAPI(title="specserve")
+    install_error_handlers(app)
+
+    @app.middleware("http")
+    async def _limit_body(request: Request, call_next):
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > max_body_bytes):
+            return error_response(413, f"Request body larger than {max_body_bytes} bytes")
+        return await call_next(request)
+
+    return app
+
+
+class SpecserveIngress(OpenAiIngress):
+    """Ingress deployment: OpenAI endpoints over the two pools.
+
+    Args:
+        pools: DeploymentHandle of each configured pool, keyed "vanilla" / "speculative".
+        model_card: the served model's card for /v1/models.
+        config: `SpecserveConfig.model_dump()` of the application.
+    """
+
+    def __init__(self, pools: dict[str, DeploymentHandle], model_card: ModelCard, config: dict):
+        super().__init__(llm_deployments={model_card.id: next(iter(pools.values()))},
+                         model_cards={model_card.id: model_card})
+        self._cfg = SpecserveConfig.model_validate(config)
+        self._handles = {pool: h.options(stream=True) for pool, h in pools.items()}
+        replicas = {pool: getattr(self._cfg, pool).num_replicas for pool in pools}
+        ctx = serve.get_replica_context()
+        self._pressure = PressureTracker(get_board(ctx.app_name), ctx.replica_id.unique_id, replicas)
+        self._metrics = RouterMetrics(self._pressure.pool_stats)
+        self._pressure_task = asyncio.get_event_loop().create_task(self._pressure.run())
+
+    def _get_configured_serve_handle(self, model_id: str) -> DeploymentHandle:
+        return self._handles[_ROUTE.get()]
+
+    async def _process_llm_request(self, body, call_method: str,
+                                   raw_request: Request | None = None) -> Response:
+        await self._get_model_id(body.model)  # 404 before any decision is counted
+        features = request_features(body)
+        loads = self._pressure.loads()
+        try:
+            decision = choose_route(features, loads, self._cfg.router)
+        except ValueError as e:
+            raise RequestError(400, str(e), "route") from None
+        route = decision.route
+        self._metrics.requests.labels(route, decision.reason, features.task).inc()
+        logger.info(json.dumps({
+            "event": "route", "request_id": getattr(raw_request.state, "request_id", None)
+            if raw_request else None, "route": route, "reason": decision.reason,
+            "task": features.task, "temperature": features.temperature,
+            "in_flight": {p: load.in_flight for p, load in loads.items()}}))
+        headers = {"x-specserve-route": route, "x-specserve-reason": decision.reason,
+                   "x-specserve-task": features.task}
+        _ROUTE.set(route)
+        self._pressure.start(route)
+        try:
+            response = await super()._process_llm_request(body, call_method, raw_request)
+        except BaseException:
+            self._pressure.finish(route)
+            raise
+        response.headers.update(headers)
+        if isinstance(response, StreamingResponse):
+            response.body_iterator = self._finish_after(response.body_iterator, route)
+        else:
+            self._pressure.finish(route)
+        return response
+
+    async def _finish_after(self, chunks, route: Route):
+        try:
+            async for chunk in chunks:
+                yield chunk
+        finally:
+            self._pressure.finish(route)
+
+    async def metrics(self) -> Response:
+        """Prometheus text: decisions, pool pressure and spec-decode counters."""
+        return Response(self._metrics.render(), media_type=CONTENT_TYPE)
+
+    async def health(self) -> dict:
+        """200 while the ingress runs; lists each pool's live replicas and in-flight requests."""
+        return {"status": "ok", "pools": {p: {"replicas": load.replicas, "in_flight": load.in_flight}
+                                          for p, load in self._pressure.loads().items()}}
+
+
+ENDPOINTS = {
+    "models": lambda app: app.get("/v1/models"),
+    "model_data": lambda app: app.get("/v1/models/{model:path}"),
+    "completions": lambda app: app.post("/v1/completions"),
+    "chat": lambda app: app.post("/v1/chat/completions"),
+    "metrics": lambda app: app.get("/metrics"),
+    "health": lambda app: app.get("/health"),
+}

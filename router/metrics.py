@@ -1,0 +1,85 @@
+"""Prometheus metrics the ingress serves at `GET /metrics` (prefix `specserve_`).
+
+Decisions are counted by this ingress replica; pool figures come from the StatsBoard and so cover
+every replica of each pool. Derived figures in PromQL:
+
+    acceptance rate        rate(specserve_spec_decode_num_accepted_tokens_total[5m])
+                           / rate(specserve_spec_decode_num_draft_tokens_total[5m])
+    mean acceptance length 1 + rate(specserve_spec_decode_num_accepted_tokens_total[5m])
+                           / rate(specserve_spec_decode_num_drafts_total[5m])
+    route mix              sum by (route) (rate(specserve_requests_total[5m]))
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from deployments.stats import PoolStats
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class RouterMetrics:
+    """The ingress's registry: decision counters plus a collector over the pools' latest stats.
+
+    Args:
+        pool_stats: returns the current per-pool view (PressureTracker's board snapshot merged
+            with local in-flight counts); called at scrape time only.
+    """
+
+    def __init__(self, pool_stats: Callable[[], Mapping[str, PoolStats]]):
+        self.registry = CollectorRegistry()
+        self.requests = Counter("specserve_requests", "Requests routed, by path, reason and task.",
+                                ["route", "reason", "task"], registry=self.registry)
+        self.registry.register(_PoolCollector(pool_stats))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _PoolCollector:
+    def __init__(self, pool_stats: Callable[[], Mapping[str, PoolStats]]):
+        self._pool_stats = pool_stats
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        pools = self._pool_stats()
+        gauges = {
+            "replicas": ("Live replicas reporting stats.", lambda p: p.replicas),
+            "in_flight": ("Requests in flight from all ingress replicas.", lambda p: p.in_flight),
+            "num_requests_running": ("Engine running batch (sum over replicas).",
+                                     lambda p: p.engine.num_requests_running),
+            "num_requests_waiting": ("Engine queue (sum over replicas).",
+                                     lambda p: p.engine.num_requests_waiting),
+            "kv_cache_usage": ("KV-cache usage fraction (max over replicas).",
+                               lambda p: p.engine.kv_cache_usage),
+        }
+        for name, (doc, get) in gauges.items():
+            g = GaugeMetricFamily(f"specserve_pool_{name}", doc, labels=["pool"])
+            for pool, p in pools.items():
+                g.add_metric([pool], get(p))
+            yield g
+        counters = {
+            "generation_tokens": "Output tokens generated.",
+            "num_drafts": "Target steps that verified drafts (vLLM spec_decode_num_drafts).",
+            "num_draft_tokens": "Draft tokens proposed.",
+            "num_accepted_tokens": "Draft tokens accepted.",
+        }
+        for attr, doc in counters.items():
+            prefix = "specserve_pool" if attr == "generation_tokens" else "specserve_spec_decode"
+            c = CounterMetricFamily(f"{prefix}_{attr}", doc, labels=["pool"])
+            for pool, p in pools.items():
+                c.add_metric([pool], getattr(p.engine, attr))
+            yield c
+        per_pos = CounterMetricFamily("specserve_spec_decode_num_accepted_tokens_per_pos",
+                                      "Draft tokens accepted at each draft position.",
+                                      labels=["pool", "position"])
+        for pool, p in pools.items():
+            for i, n in enumerate(p.engine.accepted_per_pos):
+                per_pos.add_metric([pool, str(i)], n)
+        yield per_pos

@@ -1,0 +1,72 @@
+"""Pool pressure as one ingress replica sees it, with no blocking call on the request path.
+
+The ingress counts its own requests in flight per pool exactly (`start`/`finish`); a background task
+(`run`) pushes those counts to the application's StatsBoard and pulls the other ingress replicas'
+counts and every pool replica's engine stats, every `PUSH_PERIOD_S` (0.5 s): the global view is at
+most ~1 s stale, the local part is exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from typing import Mapping
+
+from cluster.config import Route
+from deployments.stats import PUSH_PERIOD_S, PoolStats
+from router.policy import PoolLoad
+
+logger = logging.getLogger("specserve.router")
+
+
+class PressureTracker:
+    """Requests in flight per pool plus the latest StatsBoard snapshot.
+
+    Args:
+        board: the application's StatsBoard actor handle (None: local counts only).
+        ingress_id: this ingress replica's id (its counts are excluded from the board's sum).
+        configured_replicas: replicas per configured pool, used until the board reports.
+    """
+
+    def __init__(self, board, ingress_id: str, configured_replicas: Mapping[Route, int]):
+        self._board = board
+        self._ingress_id = ingress_id
+        self._configured = dict(configured_replicas)
+        self._local: dict[Route, int] = {pool: 0 for pool in configured_replicas}
+        self.remote: dict[str, PoolStats] = {}
+
+    def start(self, pool: Route) -> None:
+        self._local[pool] += 1
+
+    def finish(self, pool: Route) -> None:
+        self._local[pool] -= 1
+
+    def local_in_flight(self, pool: Route) -> int:
+        return self._local[pool]
+
+    def pool_stats(self) -> dict[Route, PoolStats]:
+        """Every configured pool's board view with in-flight requests of all ingress replicas."""
+        out = {}
+        for pool, configured in self._configured.items():
+            seen = self.remote.get(pool) or PoolStats()
+            out[pool] = dataclasses.replace(seen, replicas=seen.replicas or configured,
+                                            in_flight=self._local[pool] + seen.in_flight)
+        return out
+
+    def loads(self) -> dict[Route, PoolLoad]:
+        """Every configured pool's live replicas and in-flight requests (all ingress replicas).
+
+        Until a pool's replicas report, its configured replica count stands in.
+        """
+        return {pool: PoolLoad(p.replicas, p.in_flight) for pool, p in self.pool_stats().items()}
+
+    async def run(self) -> None:
+        """Push local counts and pull the board's snapshot forever (cancel to stop)."""
+        while True:
+            try:
+                self._board.report_in_flight.remote(self._ingress_id, dict(self._local))
+                self.remote = await self._board.snapshot.remote(self._ingress_id)
+            except Exception:  # the board restarts on failure; keep the last view meanwhile
+                logger.exception("stats board unreachable")
+            await asyncio.sleep(PUSH_PERIOD_S)

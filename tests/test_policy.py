@@ -1,0 +1,44 @@
+"""`choose_route` as a decision table."""
+
+import pytest
+
+from cluster.config import RouterConfig
+from router.policy import PoolLoad, RequestFeatures, choose_route
+
+IDLE = {"vanilla": PoolLoad(1, 0), "speculative": PoolLoad(1, 0)}
+CFG = RouterConfig(max_speculative_in_flight=8)
+
+
+@pytest.mark.parametrize("req, pools, route, reason", [
+    (RequestFeatures("code", 0.0), IDLE, "speculative", "task_gains"),
+    (RequestFeatures("math", 0.5), IDLE, "speculative", "task_gains"),
+    (RequestFeatures("chat", 0.0), IDLE, "vanilla", "task_gains_little"),
+    (RequestFeatures("creative", 0.0), IDLE, "vanilla", "task_gains_little"),
+    (RequestFeatures("code", 1.0), IDLE, "vanilla", "high_temperature"),
+    (RequestFeatures("code", 0.0, unsupported_options=("min_p",)), IDLE, "vanilla",
+     "unsupported_option"),
+    (RequestFeatures("code", 0.0), {"vanilla": PoolLoad(1, 0), "speculative": PoolLoad(1, 8)},
+     "vanilla", "batch_pressure"),
+    (RequestFeatures("code", 0.0), {"vanilla": PoolLoad(1, 0), "speculative": PoolLoad(2, 8)},
+     "speculative", "task_gains"),
+    (RequestFeatures("chat", 1.5, requested_route="speculative"), IDLE, "speculative",
+     "requested"),
+    (RequestFeatures("code", 0.0, requested_route="vanilla"), IDLE, "vanilla", "requested"),
+    (RequestFeatures("chat", 0.0), {"speculative": PoolLoad(1, 0)}, "speculative", "only_pool"),
+])
+def test_decision_table(req, pools, route, reason):
+    d = choose_route(req, pools, CFG)
+    assert (d.route, d.reason) == (route, reason)
+
+
+def test_pin_overrides_auto_but_not_the_request():
+    pinned = RouterConfig(pin="vanilla")
+    assert choose_route(RequestFeatures("code", 0.0), IDLE, pinned).reason == "pinned"
+    assert choose_route(RequestFeatures("code", 0.0, requested_route="speculative"), IDLE,
+                        pinned).route == "speculative"
+
+
+def test_forcing_a_pool_that_is_not_configured_is_an_error():
+    with pytest.raises(ValueError, match="route"):
+        choose_route(RequestFeatures("code", 0.0, requested_route="speculative"),
+                     {"vanilla": PoolLoad(1, 0)}, CFG)
