@@ -10,6 +10,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from ray.llm._internal.serve.core.configs.openai_api_models import OpenAIHTTPException
 from starlette.responses import JSONResponse
+from vllm.exceptions import VLLMClientError
 
 logger = logging.getLogger("specserve.router")
 
@@ -48,6 +49,11 @@ def install_error_handlers(app: FastAPI) -> None:
             return error_response(400, f"Request body is not valid JSON: {first.get('msg')}")
         msg = first.get("msg", "invalid request").removeprefix("Value error, ")
         return error_response(400, f"{param}: {msg}" if param else msg, param)
+
+    @app.exception_handler(VLLMClientError)
+    async def _vllm_invalid(request: Request, exc: VLLMClientError) -> JSONResponse:
+        # vLLM's request models validate some fields with their own exception (e.g. no prompt).
+        return error_response(400, str(exc), getattr(exc, "parameter", None))
 
     @app.exception_handler(RequestError)
     async def _refused(request: Request, exc: RequestError) -> JSONResponse:

@@ -61,8 +61,9 @@ def request_features(body: CompletionRequest | ChatCompletionRequest) -> Request
 
 def _text_of(body: CompletionRequest | ChatCompletionRequest) -> str:
     """The completion prompt, or the last user turn of a chat ('' for token-id prompts)."""
-    if isinstance(body, ChatCompletionRequest):
-        for msg in reversed(body.messages):
+    messages = getattr(body, "messages", None)
+    if messages is not None:
+        for msg in reversed(messages):
             msg = msg if isinstance(msg, dict) else msg.model_dump()
             if msg.get("role") == "user":
                 content = msg.get("content") or ""

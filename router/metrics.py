@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import CollectorRegistry, Counter, disable_created_metrics, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from deployments.stats import PoolStats
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+disable_created_metrics()  # no `_created` series next to each counter
 
 
 class RouterMetrics:

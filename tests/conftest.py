@@ -1,0 +1,56 @@
+"""Shared fixtures: the model lab's tiny models and one Serve application for the whole session.
+
+The application (both pools, real vLLM engines, real local Ray) starts once per session (~2-3 min on
+2 cores) and every HTTP test shares it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import httpx
+import pytest
+
+from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig, models_dir
+
+TEST_PORT = int(os.environ.get("SPECSERVE_TEST_PORT", "8123"))
+
+
+@pytest.fixture(scope="session")
+def lab() -> str:
+    """The model lab's folder, built (or found in its cache) by `models.build`."""
+    from models.build import main as build_models
+
+    assert build_models([]) == 0
+    return str(models_dir())
+
+
+@pytest.fixture(scope="session")
+def serve_config(lab) -> SpecserveConfig:
+    data = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH).model_dump(mode="json")
+    for pool in ("vanilla", "speculative"):
+        data[pool]["enforce_eager"] = True  # start in seconds; decode speed is not tested here
+    data["server"]["port"] = TEST_PORT
+    return SpecserveConfig.from_dict(data)
+
+
+@pytest.fixture(scope="session")
+def server(serve_config) -> str:
+    """Base URL of a running specserve application on a local Ray cluster."""
+    import ray
+    from ray import serve
+
+    from deployments.app import build_app_from_config
+
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    serve.start(http_options={"host": "127.0.0.1", "port": TEST_PORT})
+    serve.run(build_app_from_config(serve_config), name="specserve", route_prefix="/")
+    yield f"http://127.0.0.1:{TEST_PORT}"
+    serve.shutdown()
+    ray.shutdown()
+
+
+@pytest.fixture
+def client(server) -> httpx.Client:
+    with httpx.Client(base_url=server, timeout=120) as c:
+        yield c

@@ -1,0 +1,165 @@
+"""End to end through HTTP on real pools (../shared/cases #1, #2, #3, #5, #10)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.serve
+
+MODEL = "specserve-tiny"
+CODE = "def fibonacci(n):\n    "
+PROSE = "The history of the city begins"
+ROUTES = ["vanilla", "speculative"]
+
+
+def complete(client, route="auto", **body):
+    r = client.post("/v1/completions", json={"model": MODEL, "temperature": 0, "route": route,
+                                              **body})
+    assert r.status_code == 200, r.text
+    return r
+
+
+def stream_text(client, path, body) -> tuple[str, list[dict]]:
+    """Concatenated deltas and the parsed chunks of an SSE response."""
+    chunks = []
+    with client.stream("POST", path, json={**body, "stream": True}) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                chunks.append(json.loads(line[6:]))
+    if path.endswith("/chat/completions"):
+        text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    else:
+        text = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+    return text, chunks
+
+
+def test_auto_routes_code_to_speculative_and_chat_to_vanilla(client):
+    code = complete(client, prompt=CODE, max_tokens=8)
+    assert code.headers["x-specserve-route"] == "speculative"
+    assert code.headers["x-specserve-reason"] == "task_gains"
+    assert code.headers["x-specserve-task"] == "code"
+    chat = complete(client, prompt="Hi! How are you today?", max_tokens=8)
+    assert chat.headers["x-specserve-route"] == "vanilla"
+    assert chat.headers["x-specserve-reason"] == "task_gains_little"
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_requested_route_is_obeyed(client, route):
+    r = complete(client, route=route, prompt=PROSE, max_tokens=4)
+    assert (r.headers["x-specserve-route"], r.headers["x-specserve-reason"]) == (route, "requested")
+
+
+@pytest.mark.parametrize("prompt", [CODE, PROSE, "import os\nimport sys\n\n\ndef main(argv):\n"])
+def test_greedy_output_is_lossless(client, prompt):
+    texts = {route: complete(client, route, prompt=prompt, max_tokens=64).json()["choices"][0]
+             ["text"] for route in ROUTES}
+    assert texts["speculative"] == texts["vanilla"]
+    assert len(texts["vanilla"]) > 0
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_stream_concatenates_to_non_stream_completions(client, route):
+    body = {"model": MODEL, "prompt": CODE, "max_tokens": 64, "temperature": 0, "route": route}
+    whole = client.post("/v1/completions", json=body).json()["choices"][0]
+    text, chunks = stream_text(client, "/v1/completions", body)
+    assert text == whole["text"]
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == \
+        whole["finish_reason"]
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_stream_concatenates_to_non_stream_chat(client, route):
+    body = {"model": MODEL, "max_tokens": 48, "temperature": 0, "route": route,
+            "messages": [{"role": "user", "content": "Write a Python function that adds."}]}
+    r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    assert r.headers["x-specserve-route"] == route
+    whole = r.json()["choices"][0]
+    text, chunks = stream_text(client, "/v1/chat/completions", body)
+    assert text == whole["message"]["content"]
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == \
+        whole["finish_reason"]
+
+
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize("max_tokens", [1, 2, 3])  # 3 = k - 1 for k = 4
+def test_max_tokens_below_k(client, route, max_tokens):
+    body = complete(client, route, prompt=CODE, max_tokens=max_tokens).json()
+    assert body["usage"]["completion_tokens"] == max_tokens
+    assert body["choices"][0]["finish_reason"] == "length"
+
+
+def test_stop_string_on_the_speculative_path(client):
+    full = complete(client, "speculative", prompt=CODE, max_tokens=48).json()["choices"][0]["text"]
+    stop = full[len(full) // 2: len(full) // 2 + 3]
+    head = full[:full.index(stop)]
+    for stream in (False, True):
+        body = {"model": MODEL, "prompt": CODE, "max_tokens": 48, "temperature": 0,
+                "route": "speculative", "stop": [stop]}
+        if stream:
+            text, chunks = stream_text(client, "/v1/completions", body)
+            finish = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1]
+        else:
+            choice = client.post("/v1/completions", json=body).json()["choices"][0]
+            text, finish = choice["text"], choice["finish_reason"]
+        assert (text, finish) == (head, "stop")
+
+
+def test_min_p_goes_vanilla_with_reason_or_is_refused_when_forced(client):
+    r = complete(client, prompt=CODE, max_tokens=4, min_p=0.1)
+    assert (r.headers["x-specserve-route"], r.headers["x-specserve-reason"]) == \
+        ("vanilla", "unsupported_option")
+    forced = client.post("/v1/completions", json={"model": MODEL, "prompt": CODE, "max_tokens": 4,
+                                                   "min_p": 0.1, "route": "speculative"})
+    assert forced.status_code == 400
+    assert "min_p" in forced.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("body, status, param", [
+    ({"model": "nope", "prompt": "x"}, 404, None),
+    ({"model": MODEL, "prompt": "x", "max_tokens": -1}, 400, None),
+    ({"model": MODEL, "prompt": "x", "max_tokens": 100000}, 400, None),
+    ({"model": MODEL, "prompt": "x", "temperature": -1}, 400, None),
+    ({"model": MODEL, "prompt": "x", "route": "fastest"}, 400, "route"),
+    ({"model": MODEL}, 400, None),
+    ({"model": MODEL, "messages": "not a list"}, 400, None),
+])
+def test_bad_requests_get_openai_errors_and_the_server_keeps_serving(client, body, status, param):
+    path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
+    r = client.post(path, json=body)
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert err["code"] == status and err["message"] and err["type"]
+    if param:
+        assert err["param"] == param
+    assert complete(client, prompt=CODE, max_tokens=2).json()["usage"]["completion_tokens"] == 2
+
+
+def test_body_that_is_not_json(client):
+    r = client.post("/v1/completions", content=b"{not json", headers={"content-type":
+                                                                      "application/json"})
+    assert r.status_code == 400
+    assert r.json()["error"]["type"] == "BadRequestError"
+
+
+def test_models_lists_the_served_model(client):
+    assert [m["id"] for m in client.get("/v1/models").json()["data"]] == [MODEL]
+
+
+def test_metrics_show_acceptance_on_the_speculative_pool(client):
+    import time
+
+    complete(client, "speculative", prompt=CODE, max_tokens=64)
+    time.sleep(1.5)  # the pools push stats every 0.5 s
+    samples = {}
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith("specserve_") and "{" in line:
+            name, value = line.rsplit(" ", 1)
+            samples[name] = float(value)
+    assert samples['specserve_spec_decode_num_draft_tokens_total{pool="speculative"}'] > 0
+    assert samples['specserve_spec_decode_num_accepted_tokens_total{pool="speculative"}'] > 0
+    assert samples['specserve_spec_decode_num_drafts_total{pool="vanilla"}'] == 0
+    assert samples['specserve_requests_total{reason="requested",route="speculative",task="code"}'] >= 1
