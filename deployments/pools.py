@@ -75,6 +75,9 @@ def llm_config(model: ModelConfig, pool: PoolConfig) -> LLMConfig:
     }
     if isinstance(pool, SpeculativePoolConfig):
         engine_kwargs["speculative_config"] = pool.speculator.to_vllm()
+        # Each response reports its own acceptance (`metrics.speculative_decoding`): the router
+        # learns acceptance per task type from it.
+        engine_kwargs.setdefault("per_request_spec_decode_metrics", "summary")
     env = {}
     if pool.accelerator == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = str(pool.cpu_kvcache_space_gib)

@@ -18,7 +18,7 @@ from typing import get_args
 
 from fastapi import FastAPI, Request
 from ray import serve
-from ray.llm._internal.serve.core.configs.openai_api_models import ModelCard
+from ray.llm._internal.serve.core.configs.openai_api_models import ModelCard, OpenAIHTTPException
 from ray.serve.handle import DeploymentHandle
 from ray.serve.llm.ingress import OpenAiIngress
 from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionRequest
@@ -142,6 +142,9 @@ class SpecserveIngress(OpenAiIngress):
         self._pressure.start(route)
         try:
             response = await super()._process_llm_request(body, call_method, raw_request)
+        except OpenAIHTTPException as e:  # the engine refused it: say which path did
+            self._pressure.finish(route)
+            return error_response(e.status_code, e.message, headers=headers)
         except BaseException:
             self._pressure.finish(route)
             raise

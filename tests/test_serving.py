@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -116,6 +117,7 @@ def test_min_p_goes_vanilla_with_reason_or_is_refused_when_forced(client):
                                                    "min_p": 0.1, "route": "speculative"})
     assert forced.status_code == 400
     assert "min_p" in forced.json()["error"]["message"]
+    assert forced.headers["x-specserve-route"] == "speculative"
 
 
 @pytest.mark.parametrize("body, status, param", [
@@ -150,8 +152,6 @@ def test_models_lists_the_served_model(client):
 
 
 def test_metrics_show_acceptance_on_the_speculative_pool(client):
-    import time
-
     complete(client, "speculative", prompt=CODE, max_tokens=64)
     time.sleep(1.5)  # the pools push stats every 0.5 s
     samples = {}

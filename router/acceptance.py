@@ -1,0 +1,103 @@
+"""Per-position acceptance α_i per (task type, temperature bucket), learned online.
+
+Each speculative response carries vLLM's per-request `metrics.speculative_decoding.acceptance_histogram`
+(engine flag `per_request_spec_decode_metrics`); `observe` folds it into exponentially decayed
+counts, and `alphas` returns the posterior mean of a Beta prior per position:
+
+    α_i = (accepted_i + s·prior) / (reached_i + s)
+
+with s = `prior_steps` pseudo-steps. Decay: before each observation every count is multiplied by
+0.5^(steps / half_life_steps), so the estimate follows drift (a new prompt mix, a new speculator).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from cluster.config import TaskType
+
+# Cold-start α per task at temperature 0: our assumption, ordered as the field reports
+# (code and math accept most, open chat and creative least); replaced by measurements within
+# a few hundred verification steps.
+DEFAULT_PRIORS: dict[TaskType, float] = {"code": 0.7, "math": 0.7, "extraction": 0.7,
+                                         "chat": 0.5, "creative": 0.4}
+# Upper edges of the temperature buckets; vLLM drafts greedily, so acceptance falls as
+# temperature rises.
+TEMPERATURE_EDGES = (0.0, 0.5, 1.0)
+
+
+def temperature_bucket(temperature: float) -> str:
+    """"t0" for greedy, then "t≤0.5", "t≤1.0", "t>1.0"."""
+    for edge in TEMPERATURE_EDGES:
+        if temperature <= edge:
+            return "t0" if edge == 0.0 else f"t≤{edge}"
+    return f"t>{TEMPERATURE_EDGES[-1]}"
+
+
+@dataclass(slots=True)
+class _Counts:
+    accepted: list[float]
+    reached: list[float]
+    steps: float = 0.0
+
+
+@dataclass
+class AcceptanceEstimator:
+    """Decayed per-position acceptance counts keyed by (task, temperature bucket).
+
+    Args:
+        num_speculative_tokens: γ, the number of draft positions.
+        priors: cold-start α per task (applied to every position and temperature bucket).
+        prior_steps: weight of the prior in verification steps.
+        half_life_steps: verification steps after which an observation counts half.
+    """
+
+    num_speculative_tokens: int
+    priors: Mapping[TaskType, float] = field(default_factory=lambda: dict(DEFAULT_PRIORS))
+    prior_steps: float = 20.0
+    half_life_steps: float = 5000.0
+    _counts: dict[tuple[str, str], _Counts] = field(default_factory=dict)
+
+    def observe(self, task: TaskType, temperature: float, histogram: Sequence[int]) -> None:
+        """Adds one request's acceptance histogram (`histogram[j]`: steps accepting j drafts)."""
+        steps = sum(histogram)
+        if steps == 0:
+            return
+        key = (task, temperature_bucket(temperature))
+        k = self.num_speculative_tokens
+        c = self._counts.setdefault(key, _Counts([0.0] * k, [0.0] * k))
+        decay = 0.5 ** (steps / self.half_life_steps)
+        reached = steps
+        for i in range(k):
+            accepted = sum(histogram[i + 1:])
+            c.accepted[i] = c.accepted[i] * decay + accepted
+            c.reached[i] = c.reached[i] * decay + reached
+            reached = accepted
+        c.steps = c.steps * decay + steps
+
+    def alphas(self, task: TaskType, temperature: float) -> list[float]:
+        """Posterior mean α_1..α_γ for the task and temperature."""
+        prior = self.priors[task]
+        c = self._counts.get((task, temperature_bucket(temperature)))
+        if c is None:
+            return [prior] * self.num_speculative_tokens
+        s = self.prior_steps
+        return [(a + s * prior) / (r + s) for a, r in zip(c.accepted, c.reached)]
+
+    def observed_steps(self, task: TaskType, temperature: float) -> float:
+        """Decayed verification steps behind the estimate (0 = prior only)."""
+        c = self._counts.get((task, temperature_bucket(temperature)))
+        return c.steps if c else 0.0
+
+    def table(self) -> dict[tuple[str, str], list[float]]:
+        """Every observed key's α_i (for metrics)."""
+        return {key: self.alphas(key[0], _bucket_temperature(key[1])) for key in self._counts}
+
+
+def _bucket_temperature(bucket: str) -> float:
+    """A temperature inside `bucket` (inverse of temperature_bucket)."""
+    if bucket == "t0":
+        return 0.0
+    edge = float(bucket[2:])
+    return edge if bucket.startswith("t≤") else edge + 1.0
