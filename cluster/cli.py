@@ -3,6 +3,8 @@
     specserve serve [--config FILE]      local Ray + the Serve app on the config's host:port
     specserve validate [--config FILE]   check a config (names the failing field), print it resolved
     specserve models build [...]         the model lab (see `specserve models build --help`)
+    specserve render [...]               KubeRay manifests from a config (cluster/kube_cli.py)
+    specserve cluster VERB [...]         apply / status / scale / upgrade / submit-batch / delete
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import sys
 import time
 
+from cluster import kube_cli
 from cluster.config import DEFAULT_CONFIG_PATH, ConfigError, SpecserveConfig, \
     check_speculator_matches_target
 
@@ -81,6 +84,8 @@ def parser() -> argparse.ArgumentParser:
             s.add_argument("--no-block", action="store_true", help="return once serving")
     m = sub.add_parser("models", help="the model lab")
     m.add_argument("action", choices=["build"])
+    sub.add_parser("render", add_help=False, help="KubeRay manifests from a config")
+    sub.add_parser("cluster", add_help=False, help="operate the RayService on Kubernetes")
     return p
 
 
@@ -90,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "models":
             return cmd_models_build(args, rest)
+        if args.command in ("render", "cluster"):
+            return kube_cli.main([args.command, *rest])
         if rest:
             parser().error(f"unrecognized arguments: {' '.join(rest)}")
         return {"serve": cmd_serve, "validate": cmd_validate}[args.command](args)

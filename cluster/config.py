@@ -22,6 +22,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from cluster.kube_config import KubeConfig
+
 SpeculativeMethod = Literal["draft_model", "ngram", "eagle3", "eagle", "medusa"]
 Route = Literal["speculative", "vanilla"]
 TaskType = Literal["code", "math", "extraction", "chat", "creative"]
@@ -114,6 +116,10 @@ class PoolConfig(_Strict):
                                           "GPU memory vLLM may use.")
     enforce_eager: bool = Field(False, description="Skip torch.compile/graph capture: faster "
                                 "start, slower decode.")
+    profile_max_batch: int = Field(
+        64, ge=0, description="Each replica measures its engine's step time at batch 1, 2, 4, ... "
+        "up to this at start (a few seconds on the tiny models); the router's cost model starts "
+        "from it. 0 skips the profile.")
     engine_kwargs: dict = Field(default_factory=dict, description="Further vLLM EngineArgs, passed "
                                 "through verbatim; vLLM rejects unknown names at replica start.")
 
@@ -131,17 +137,23 @@ class SpeculativePoolConfig(PoolConfig):
 
 
 class RouterConfig(_Strict):
-    """First-cut routing policy between the pools (see `router.policy.choose_route`)."""
+    """Routing policy between the pools (see `router.policy.choose_route`)."""
 
     pin: Literal["auto", "speculative", "vanilla"] = Field(
         "auto", description="`auto` decides per request; otherwise every request takes that path "
         "(a request's own `route` field still wins).")
     speculative_tasks: list[TaskType] = Field(
-        ["code", "math", "extraction"], description="Task types sent to the speculative pool while "
-        "it has headroom (they accept many draft tokens).")
+        ["code", "math", "extraction"], description="Before step times are measured: task types "
+        "sent to the speculative pool while it has headroom (they accept many draft tokens).")
     max_speculative_in_flight: int = Field(
-        8, ge=1, description="Per speculative replica: requests in flight above which new requests "
-        "go vanilla (speculation stops paying at high batch).")
+        8, ge=1, description="Before step times are measured: requests in flight per speculative "
+        "replica above which new requests go vanilla (speculation stops paying at high batch).")
+    min_speedup: float = Field(
+        1.1, gt=0, description="Expected speedup S (see router/policy.py) at or above which a "
+        "request goes speculative once step times are measured.")
+    hysteresis: float = Field(
+        0.05, ge=0, description="A task type already routed speculative stays there until S "
+        "falls below min_speedup minus this.")
     max_speculative_temperature: float = Field(
         0.7, ge=0, description="Requests sampled hotter than this go vanilla (acceptance falls "
         "with temperature).")
@@ -163,6 +175,8 @@ class SpecserveConfig(_Strict):
     speculative: SpeculativePoolConfig = Field(description="Target + speculator pool.")
     router: RouterConfig = Field(default_factory=RouterConfig, description="Routing policy.")
     server: ServerConfig = Field(default_factory=ServerConfig, description="HTTP endpoint.")
+    kubernetes: KubeConfig = Field(default_factory=KubeConfig, description="RayService and RayJob "
+                                   "rendering (cluster/kuberay.py); unused by `specserve serve`.")
 
     @model_validator(mode="after")
     def _check_pools(self) -> SpecserveConfig:

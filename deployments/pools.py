@@ -9,13 +9,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import time
 from pathlib import Path
 
 from ray import serve
 from ray.serve.llm import LLMConfig, build_llm_deployment
 from ray.serve.llm.deployment import LLMServer
+from ray.serve.llm.openai_api_models import CompletionRequest
+from vllm.v1.metrics.reader import get_metrics_snapshot
 
 from cluster.config import ModelConfig, PoolConfig, SpeculativePoolConfig, resolve_path
+from deployments.profile import PROFILE_PROMPT, profile_batches, profile_step_times
 from deployments.stats import PUSH_PERIOD_S, EngineStats, get_board
 
 logger = logging.getLogger("specserve.pools")
@@ -26,36 +30,60 @@ _IOMP = Path(sys.prefix) / "lib" / "libiomp5.so"
 
 
 class PoolServer(LLMServer):
-    """`LLMServer` that pushes its engine stats to the application's StatsBoard.
+    """`LLMServer` that profiles its engine at start and pushes its stats to the StatsBoard.
 
     Args:
         llm_config: the Ray Serve LLM config of this pool.
         pool: "vanilla" or "speculative".
+        profile_max_batch: largest batch of the startup step-time profile (0: no profile).
     """
 
-    async def __init__(self, llm_config: LLMConfig, *, pool: str, **kwargs):
+    async def __init__(self, llm_config: LLMConfig, *, pool: str, profile_max_batch: int = 0,
+                       **kwargs):
         await super().__init__(llm_config, **kwargs)
         self._pool = pool
-        self._board = get_board(serve.get_replica_context().app_name)
-        self._replica_id = serve.get_replica_context().replica_id.unique_id
+        ctx = serve.get_replica_context()
+        self._board = get_board(ctx.app_name)
+        self._replica_id = ctx.replica_id.unique_id
+        t0 = time.perf_counter()
+        self._profile = await profile_step_times(
+            self._run_profile_request, lambda: self.engine_stats_now().iterations,
+            profile_batches(profile_max_batch))
+        logger.info("%s step-time profile in %.1f s: %s", pool, time.perf_counter() - t0,
+                    {b: f"{s * 1e3:.1f} ms" for b, s in self._profile.items()})
         self._push_task = asyncio.get_running_loop().create_task(self._push_stats())
 
-    async def _push_stats(self) -> None:
-        from vllm.v1.metrics.reader import get_metrics_snapshot
+    async def _run_profile_request(self) -> None:
+        request = CompletionRequest(model=self._llm_config.model_id, prompt=PROFILE_PROMPT,
+                                    max_tokens=16, temperature=0, ignore_eos=True)
+        async for _ in await self.completions(request):
+            pass
 
+    def engine_stats_now(self) -> EngineStats:
+        """This replica's engine stats, read from vLLM's in-process Prometheus registry."""
+        return EngineStats.from_vllm_snapshot(get_metrics_snapshot())
+
+    async def _push_stats(self) -> None:
+        prev_t, prev = time.perf_counter(), self.engine_stats_now()
         while True:
+            await asyncio.sleep(PUSH_PERIOD_S)
             try:
-                stats = EngineStats.from_vllm_snapshot(get_metrics_snapshot())
+                now_t, stats = time.perf_counter(), self.engine_stats_now()
+                steps = stats.iterations - prev.iterations
+                if steps > 0 and prev.num_requests_running and stats.num_requests_running:
+                    # busy the whole window: one step-time sample at the mean running batch
+                    stats.step_s = (now_t - prev_t) / steps
+                    stats.step_batch = (prev.num_requests_running + stats.num_requests_running) / 2
+                    stats.step_sample_id = stats.iterations
+                stats.profile = self._profile
                 self._board.report_engine.remote(self._replica_id, self._pool, stats)
+                prev_t, prev = now_t, stats
             except Exception:  # a stats hiccup must never take the replica down
                 logger.exception("stats push failed")
-            await asyncio.sleep(PUSH_PERIOD_S)
 
     async def engine_stats(self) -> EngineStats:
         """This replica's current engine stats (for tests and debugging)."""
-        from vllm.v1.metrics.reader import get_metrics_snapshot
-
-        return EngineStats.from_vllm_snapshot(get_metrics_snapshot())
+        return self.engine_stats_now()
 
 
 def llm_config(model: ModelConfig, pool: PoolConfig) -> LLMConfig:
@@ -102,5 +130,5 @@ def build_pool(name: str, model: ModelConfig, pool: PoolConfig):
     """A bound `PoolServer` deployment named `name` ("vanilla" or "speculative")."""
     return build_llm_deployment(
         llm_config(model, pool), deployment_cls=PoolServer,
-        bind_kwargs={"pool": name},
+        bind_kwargs={"pool": name, "profile_max_batch": pool.profile_max_batch},
         override_serve_options={"name": name})

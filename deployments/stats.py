@@ -47,6 +47,14 @@ class EngineStats:
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     accepted_per_pos: list[int] = field(default_factory=list)
+    iterations: int = 0  # engine steps (count of vllm:iteration_tokens_total)
+    # Latest busy-window sample of this replica: seconds per engine step at a mean running batch;
+    # `step_sample_id` (the iteration count at its end) lets readers take each sample once.
+    step_s: float = 0.0
+    step_batch: float = 0.0
+    step_sample_id: int = 0
+    # Startup profile of this replica: {running batch: seconds per engine step}.
+    profile: dict[int, float] = field(default_factory=dict)
 
     @classmethod
     def from_vllm_snapshot(cls, metrics: list) -> EngineStats:
@@ -59,6 +67,8 @@ class EngineStats:
             elif m.name in _COUNTERS:
                 attr = _COUNTERS[m.name]
                 setattr(s, attr, getattr(s, attr) + int(m.value))
+            elif m.name == "vllm:iteration_tokens_total":
+                s.iterations += int(m.count)
             elif m.name == "vllm:spec_decode_num_accepted_tokens_per_pos":
                 s.accepted_per_pos = _add_lists(s.accepted_per_pos, list(m.values))
         return s
@@ -66,7 +76,8 @@ class EngineStats:
     def add(self, other: EngineStats) -> None:
         """Adds another engine's stats in place (kv_cache_usage becomes the maximum)."""
         for name in ("num_requests_running", "num_requests_waiting", "generation_tokens",
-                     "prompt_tokens", "num_drafts", "num_draft_tokens", "num_accepted_tokens"):
+                     "prompt_tokens", "num_drafts", "num_draft_tokens", "num_accepted_tokens",
+                     "iterations"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.kv_cache_usage = max(self.kv_cache_usage, other.kv_cache_usage)
         self.accepted_per_pos = _add_lists(self.accepted_per_pos, other.accepted_per_pos)
@@ -95,6 +106,10 @@ class PoolStats:
     replicas: int = 0
     in_flight: int = 0
     engine: EngineStats = field(default_factory=EngineStats)
+    # Each replica's latest step-time sample: (replica id, sample id, mean batch, seconds/step).
+    step_samples: list[tuple[str, int, float, float]] = field(default_factory=list)
+    # Startup profiles of the pool's replicas: {running batch: mean seconds per engine step}.
+    profile: dict[int, float] = field(default_factory=dict)
 
 
 @ray.remote(num_cpus=0, max_restarts=-1)
@@ -115,6 +130,7 @@ class StatsBoard:
         """Per pool: fresh replicas, summed stats and in-flight requests of the other ingresses."""
         now = time.monotonic()
         pools: dict[str, PoolStats] = {}
+        profiles: dict[tuple[str, int], list[float]] = {}
         for rid, (pool, t, stats) in list(self._engines.items()):
             if now - t > STALE_AFTER_S:
                 del self._engines[rid]
@@ -122,6 +138,12 @@ class StatsBoard:
             p = pools.setdefault(pool, PoolStats())
             p.replicas += 1
             p.engine.add(stats)
+            if stats.step_s > 0:
+                p.step_samples.append((rid, stats.step_sample_id, stats.step_batch, stats.step_s))
+            for batch, step_s in stats.profile.items():
+                profiles.setdefault((pool, batch), []).append(step_s)
+        for (pool, batch), times in profiles.items():  # mean over the pool's replicas
+            pools[pool].profile[batch] = sum(times) / len(times)
         for iid, (t, counts) in list(self._in_flight.items()):
             if now - t > STALE_AFTER_S:
                 del self._in_flight[iid]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import json
 import logging
 from typing import get_args
@@ -22,14 +23,16 @@ from ray.llm._internal.serve.core.configs.openai_api_models import ModelCard, Op
 from ray.serve.handle import DeploymentHandle
 from ray.serve.llm.ingress import OpenAiIngress
 from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionRequest
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from vllm.entrypoints.generate.base.protocol import StreamOptions
 
 from cluster.config import Route, SpecserveConfig
 from deployments.stats import get_board
 from router.classify import classify_text
+from router.estimator import RouteEstimator
 from router.errors import RequestError, error_response, install_error_handlers
 from router.metrics import CONTENT_TYPE, RouterMetrics
-from router.policy import RequestedRoute, RequestFeatures, choose_route
+from router.policy import PoolLoad, RequestedRoute, RequestFeatures, choose_route
 from router.pressure import PressureTracker
 
 logger = logging.getLogger("specserve.router")
@@ -114,30 +117,57 @@ class SpecserveIngress(OpenAiIngress):
         replicas = {pool: getattr(self._cfg, pool).num_replicas for pool in pools}
         ctx = serve.get_replica_context()
         self._pressure = PressureTracker(get_board(ctx.app_name), ctx.replica_id.unique_id, replicas)
-        self._metrics = RouterMetrics(self._pressure.pool_stats)
-        self._pressure_task = asyncio.get_event_loop().create_task(self._pressure.run())
+        self._estimator = RouteEstimator(self._cfg.speculative.speculator.num_speculative_tokens)
+        self._last_auto_route: dict[str, Route] = {}  # per task type, for hysteresis
+        self._metrics = RouterMetrics(self._pressure.pool_stats, self._estimator)
+        self._pressure_task = asyncio.get_event_loop().create_task(
+            self._pressure.run(on_snapshot=self._estimator.update_pools))
 
     def _get_configured_serve_handle(self, model_id: str) -> DeploymentHandle:
         return self._handles[_ROUTE.get()]
+
+    def _loads(self) -> dict[Route, PoolLoad]:
+        """Each pool's load with its predicted step time at the batch this request would make."""
+        out = {}
+        for pool, load in self._pressure.loads().items():
+            batch = (load.in_flight + 1) / max(load.replicas, 1)
+            out[pool] = PoolLoad(load.replicas, load.in_flight,
+                                 self._estimator.step_time(pool, batch))
+        return out
 
     async def _process_llm_request(self, body, call_method: str,
                                    raw_request: Request | None = None) -> Response:
         await self._get_model_id(body.model)  # 404 before any decision is counted
         features = request_features(body)
-        loads = self._pressure.loads()
+        features = dataclasses.replace(features, expected_tokens=self._estimator.expected_tokens(
+            features.task, features.temperature))
+        loads = self._loads()
         try:
-            decision = choose_route(features, loads, self._cfg.router)
+            decision = choose_route(features, loads, self._cfg.router,
+                                    self._last_auto_route.get(features.task))
         except ValueError as e:
             raise RequestError(400, str(e), "route") from None
         route = decision.route
-        self._metrics.requests.labels(route, decision.reason, features.task).inc()
+        if decision.speedup is not None:
+            self._last_auto_route[features.task] = route
+        self._metrics.observe_decision(route, decision.reason, features.task, decision.speedup)
         logger.info(json.dumps({
             "event": "route", "request_id": getattr(raw_request.state, "request_id", None)
             if raw_request else None, "route": route, "reason": decision.reason,
             "task": features.task, "temperature": features.temperature,
+            "expected_tokens": round(features.expected_tokens, 3),
+            "speedup": None if decision.speedup is None else round(decision.speedup, 3),
             "in_flight": {p: load.in_flight for p, load in loads.items()}}))
         headers = {"x-specserve-route": route, "x-specserve-reason": decision.reason,
                    "x-specserve-task": features.task}
+        if decision.speedup is not None:
+            headers["x-specserve-speedup"] = f"{decision.speedup:.2f}"
+        strip_usage = False
+        if route == "speculative" and body.stream and not (
+                body.stream_options and body.stream_options.include_usage):
+            # vLLM reports a stream's acceptance only on its final usage chunk: ask for it, learn
+            # from it, and drop it before the client sees it.
+            body.stream_options, strip_usage = StreamOptions(include_usage=True), True
         _ROUTE.set(route)
         self._pressure.start(route)
         try:
@@ -150,15 +180,37 @@ class SpecserveIngress(OpenAiIngress):
             raise
         response.headers.update(headers)
         if isinstance(response, StreamingResponse):
-            response.body_iterator = self._finish_after(response.body_iterator, route)
+            response.body_iterator = self._relay(response.body_iterator, route, features,
+                                                 strip_usage)
         else:
             self._pressure.finish(route)
+            if route == "speculative" and isinstance(response, JSONResponse):
+                self._learn(json.loads(response.body), features)
         return response
 
-    async def _finish_after(self, chunks, route: Route):
+    def _learn(self, payload: dict, features: RequestFeatures) -> None:
+        """Folds a response's per-request acceptance histogram into the estimates."""
+        spec = (payload.get("metrics") or {}).get("speculative_decoding")
+        if spec and spec.get("acceptance_histogram"):
+            self._estimator.acceptance.observe(features.task, features.temperature,
+                                               spec["acceptance_histogram"])
+
+    async def _relay(self, packets, route: Route, features: RequestFeatures, strip_usage: bool):
+        """Streams SSE packets through; learns from (and maybe drops) the usage event."""
         try:
-            async for chunk in chunks:
-                yield chunk
+            async for packet in packets:
+                if '"speculative_decoding"' in packet:
+                    kept = []
+                    for event in packet.split("\n\n"):
+                        if event.startswith("data: ") and '"speculative_decoding"' in event:
+                            self._learn(json.loads(event[6:]), features)
+                            if strip_usage:
+                                continue
+                        kept.append(event)
+                    packet = "\n\n".join(kept)
+                    if not packet.strip():
+                        continue
+                yield packet
         finally:
             self._pressure.finish(route)
 

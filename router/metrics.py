@@ -8,16 +8,21 @@ every replica of each pool. Derived figures in PromQL:
     mean acceptance length 1 + rate(specserve_spec_decode_num_accepted_tokens_total[5m])
                            / rate(specserve_spec_decode_num_drafts_total[5m])
     route mix              sum by (route) (rate(specserve_requests_total[5m]))
+    mean expected speedup  rate(specserve_expected_speedup_sum[5m])
+                           / rate(specserve_expected_speedup_count[5m])
 """
 
 from __future__ import annotations
 
 from typing import Callable, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, disable_created_metrics, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, \
+    generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from deployments.stats import PoolStats
+from router.estimator import RouteEstimator
+from router.speedup import expected_tokens
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 disable_created_metrics()  # no `_created` series next to each counter
@@ -29,13 +34,25 @@ class RouterMetrics:
     Args:
         pool_stats: returns the current per-pool view (PressureTracker's board snapshot merged
             with local in-flight counts); called at scrape time only.
+        estimator: the router's online estimates (acceptance per task, step times per pool).
     """
 
-    def __init__(self, pool_stats: Callable[[], Mapping[str, PoolStats]]):
+    def __init__(self, pool_stats: Callable[[], Mapping[str, PoolStats]],
+                 estimator: RouteEstimator):
         self.registry = CollectorRegistry()
         self.requests = Counter("specserve_requests", "Requests routed, by path, reason and task.",
                                 ["route", "reason", "task"], registry=self.registry)
+        self.speedup = Histogram("specserve_expected_speedup", "Expected speedup S of the "
+                                 "speculative path at decision time, by task.", ["task"],
+                                 buckets=(0.5, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2, 3, 4, 6),
+                                 registry=self.registry)
         self.registry.register(_PoolCollector(pool_stats))
+        self.registry.register(_EstimateCollector(estimator))
+
+    def observe_decision(self, route: str, reason: str, task: str, speedup: float | None) -> None:
+        self.requests.labels(route, reason, task).inc()
+        if speedup is not None:
+            self.speedup.labels(task).observe(speedup)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -84,3 +101,33 @@ class _PoolCollector:
             for i, n in enumerate(p.engine.accepted_per_pos):
                 per_pos.add_metric([pool, str(i)], n)
         yield per_pos
+
+
+class _EstimateCollector:
+    """α per position and mean acceptance length per (task, temperature bucket); step times."""
+
+    def __init__(self, estimator: RouteEstimator):
+        self._estimator = estimator
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        alpha = GaugeMetricFamily("specserve_acceptance_alpha", "Estimated per-position acceptance "
+                                  "α_i.", labels=["task", "temperature", "position"])
+        length = GaugeMetricFamily("specserve_mean_acceptance_length", "Estimated E[τ], tokens per "
+                                   "verification step (bonus included).",
+                                   labels=["task", "temperature"])
+        for (task, bucket), alphas in self._estimator.acceptance.table().items():
+            for i, a in enumerate(alphas, start=1):
+                alpha.add_metric([task, bucket, str(i)], a)
+            length.add_metric([task, bucket], expected_tokens(alphas))
+        yield alpha
+        yield length
+        step = GaugeMetricFamily("specserve_step_seconds", "Seconds per engine step by running "
+                                 "batch (startup profile, then online samples).",
+                                 labels=["pool", "batch"])
+        for pool, model in self._estimator.step_times.items():
+            for batch, seconds in model.points().items():
+                step.add_metric([pool, str(batch)], seconds)
+        yield step

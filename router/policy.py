@@ -1,9 +1,16 @@
 """The per-request route decision, a pure function: `choose_route(request, pools, config)`.
 
-First cut: speculation pays while the speculative pool's batch is small (memory-bound decode) and
-the task accepts many draft tokens; it costs at large batch and high temperature (vLLM drafts
-greedily, so acceptance falls as temperature rises). Every decision carries its reason, which the
-ingress returns in `x-specserve-reason` and counts in `specserve_requests_total`.
+With measured step times, the router compares what one more sequence gets on each path: on the
+speculative pool E[τ] tokens per step of T_s(B_s + 1) seconds, on the vanilla pool one token per
+T_v(B_v + 1) seconds, so the expected speedup of sending it speculative is
+
+    S = E[τ] · T_v(B_v + 1) / T_s(B_s + 1)
+
+which is the batched form S(B) = E[τ]·T_t(B,1) / (γ·T_d(B) + T_t(B,γ+1)) (Leviathan et al. 2023)
+evaluated at the batch each pool would run. It goes speculative when S ≥ `min_speedup`, and stays
+there while S ≥ `min_speedup − hysteresis` (no flapping around the threshold). Before any step time
+is known it falls back to rules: the task's type and the speculative pool's in-flight cap.
+Every decision carries its reason, returned in `x-specserve-reason` and counted in metrics.
 """
 
 from __future__ import annotations
@@ -21,8 +28,10 @@ Reason = Literal[
     "unsupported_option",     # min_p / logit_bias: vLLM refuses them under speculative decoding
     "high_temperature",       # above router.max_speculative_temperature
     "task_gains_little",      # task type not in router.speculative_tasks
-    "batch_pressure",         # speculative pool at its in-flight cap per replica
-    "task_gains",             # speculative: task accepts many draft tokens and the pool has room
+    "batch_pressure",         # no step times yet; speculative pool at its in-flight cap
+    "task_gains",             # no step times yet; task accepts many draft tokens, pool has room
+    "speculation_pays",       # S ≥ threshold: speculative
+    "speculation_costs",      # S < threshold: vanilla
 ]
 
 
@@ -35,37 +44,51 @@ class RequestFeatures:
         temperature: sampling temperature (0 = greedy).
         requested_route: the request's `route` extension field.
         unsupported_options: names of set options the speculative path refuses (e.g. "min_p").
+        expected_tokens: E[τ] on the speculative path for this task and temperature (None:
+            unknown).
     """
 
     task: TaskType
     temperature: float
     requested_route: RequestedRoute = "auto"
     unsupported_options: tuple[str, ...] = ()
+    expected_tokens: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class PoolLoad:
-    """A pool's load as the router sees it: live replicas and requests in flight to it
-    from every ingress replica."""
+    """A pool's load as the router sees it.
+
+    Attributes:
+        replicas: live replicas.
+        in_flight: requests in flight to it from every ingress replica.
+        step_s: predicted seconds per engine step at the per-replica batch it would run with this
+            request, (in_flight + 1) / replicas; None until profiled or sampled.
+    """
 
     replicas: int
     in_flight: int
+    step_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
+    """The chosen path, why, and the expected speedup S behind it (None when not computed)."""
+
     route: Route
     reason: Reason
+    speedup: float | None = None
 
 
-def choose_route(req: RequestFeatures, pools: Mapping[Route, PoolLoad],
-                 cfg: RouterConfig) -> Decision:
+def choose_route(req: RequestFeatures, pools: Mapping[Route, PoolLoad], cfg: RouterConfig,
+                 previous: Route | None = None) -> Decision:
     """Picks the path for one request.
 
     Args:
         req: the request's features.
         pools: load of each configured pool (a pool absent here is not configured).
         cfg: the router's settings.
+        previous: the last automatic choice for this task type (for hysteresis).
 
     Raises:
         ValueError: the request forces a pool that is not configured.
@@ -82,9 +105,15 @@ def choose_route(req: RequestFeatures, pools: Mapping[Route, PoolLoad],
         return Decision("vanilla", "unsupported_option")
     if req.temperature > cfg.max_speculative_temperature:
         return Decision("vanilla", "high_temperature")
+    spec, van = pools["speculative"], pools["vanilla"]
+    if req.expected_tokens is not None and spec.step_s and van.step_s:
+        speedup = req.expected_tokens * van.step_s / spec.step_s
+        threshold = cfg.min_speedup - (cfg.hysteresis if previous == "speculative" else 0.0)
+        if speedup >= threshold:
+            return Decision("speculative", "speculation_pays", speedup)
+        return Decision("vanilla", "speculation_costs", speedup)
     if req.task not in cfg.speculative_tasks:
         return Decision("vanilla", "task_gains_little")
-    spec = pools["speculative"]
     if spec.in_flight >= cfg.max_speculative_in_flight * max(spec.replicas, 1):
         return Decision("vanilla", "batch_pressure")
     return Decision("speculative", "task_gains")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from typing import Mapping
+from typing import Callable, Mapping
 
 from cluster.config import Route
 from deployments.stats import PUSH_PERIOD_S, PoolStats
@@ -61,12 +61,18 @@ class PressureTracker:
         """
         return {pool: PoolLoad(p.replicas, p.in_flight) for pool, p in self.pool_stats().items()}
 
-    async def run(self) -> None:
-        """Push local counts and pull the board's snapshot forever (cancel to stop)."""
+    async def run(self, on_snapshot: Callable[[dict[str, PoolStats]], None] | None = None) -> None:
+        """Push local counts and pull the board's snapshot forever (cancel to stop).
+
+        Args:
+            on_snapshot: called with each new snapshot (e.g. to fold step-time samples).
+        """
         while True:
             try:
                 self._board.report_in_flight.remote(self._ingress_id, dict(self._local))
                 self.remote = await self._board.snapshot.remote(self._ingress_id)
+                if on_snapshot is not None:
+                    on_snapshot(self.remote)
             except Exception:  # the board restarts on failure; keep the last view meanwhile
                 logger.exception("stats board unreachable")
             await asyncio.sleep(PUSH_PERIOD_S)

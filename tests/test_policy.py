@@ -42,3 +42,27 @@ def test_forcing_a_pool_that_is_not_configured_is_an_error():
     with pytest.raises(ValueError, match="route"):
         choose_route(RequestFeatures("code", 0.0, requested_route="speculative"),
                      {"vanilla": PoolLoad(1, 0)}, CFG)
+
+
+def _measured(e_tau, spec_step, van_step):
+    return (RequestFeatures("chat", 0.0, expected_tokens=e_tau),
+            {"vanilla": PoolLoad(1, 0, van_step), "speculative": PoolLoad(1, 0, spec_step)})
+
+
+def test_measured_speedup_decides_once_step_times_are_known():
+    req, pools = _measured(3.0, 0.013, 0.010)  # S = 3 * 10 / 13 = 2.3
+    d = choose_route(req, pools, CFG)
+    assert (d.route, d.reason) == ("speculative", "speculation_pays")
+    assert d.speedup == pytest.approx(3.0 * 0.010 / 0.013)
+    req, pools = _measured(3.0, 0.050, 0.010)  # compute-bound verification: S = 0.6
+    d = choose_route(req, pools, CFG)
+    assert (d.route, d.reason) == ("vanilla", "speculation_costs")
+    assert d.speedup == pytest.approx(0.6)
+
+
+def test_hysteresis_keeps_a_speculative_task_until_clearly_below_threshold():
+    req, pools = _measured(1.08, 0.010, 0.010)  # S = 1.08: between 1.05 and 1.10
+    assert choose_route(req, pools, CFG, previous="vanilla").route == "vanilla"
+    assert choose_route(req, pools, CFG, previous="speculative").route == "speculative"
+    req, pools = _measured(1.02, 0.010, 0.010)
+    assert choose_route(req, pools, CFG, previous="speculative").route == "vanilla"

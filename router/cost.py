@@ -1,0 +1,64 @@
+"""Step-time model of one pool: seconds per engine step as a function of the running batch B.
+
+For the vanilla pool a step is T_t(B, 1); for the speculative pool it is γ·T_d(B) + T_t(B, γ+1)
+(draft γ tokens, verify γ+1). Both are measured on the real replicas, never assumed: a profile at
+replica start (`deployments.profile`), then online samples (Δwall / Δengine iterations while busy).
+Samples are kept per power-of-two batch bucket as an exponentially weighted mean; `step_time(B)`
+interpolates linearly in log2(B) between known buckets and extrapolates flat at the ends.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+def bucket_of(batch: float) -> int:
+    """Nearest power-of-two bucket exponent of a batch size (B ≤ 1 → 0)."""
+    return max(0, round(math.log2(max(batch, 1.0))))
+
+
+@dataclass
+class StepTimeModel:
+    """Per-bucket EWMA of step seconds.
+
+    Args:
+        weight: weight of a new online sample (0..1]; profile points enter with weight 1.
+    """
+
+    weight: float = 0.2
+    _mean_s: dict[int, float] = field(default_factory=dict)
+
+    def observe(self, batch: float, step_s: float) -> None:
+        """Folds one measured step time (seconds) at running batch `batch` into its bucket."""
+        if step_s <= 0 or batch <= 0:
+            return
+        b = bucket_of(batch)
+        old = self._mean_s.get(b)
+        self._mean_s[b] = step_s if old is None else old + self.weight * (step_s - old)
+
+    def load_profile(self, profile: dict[int, float]) -> None:
+        """Seeds buckets from a startup profile {batch: step seconds} where no sample exists."""
+        for batch, step_s in profile.items():
+            self._mean_s.setdefault(bucket_of(batch), step_s)
+
+    def step_time(self, batch: float) -> float | None:
+        """Seconds per step at `batch`; None before any profile or sample."""
+        if not self._mean_s:
+            return None
+        x = math.log2(max(batch, 1.0))
+        keys = sorted(self._mean_s)
+        if x <= keys[0]:
+            return self._mean_s[keys[0]]
+        if x >= keys[-1]:
+            return self._mean_s[keys[-1]]
+        hi = next(k for k in keys if k >= x)
+        lo = max(k for k in keys if k <= x)
+        if hi == lo:
+            return self._mean_s[lo]
+        f = (x - lo) / (hi - lo)
+        return self._mean_s[lo] * (1 - f) + self._mean_s[hi] * f
+
+    def points(self) -> dict[int, float]:
+        """{batch: step seconds} per known bucket (for metrics and reports)."""
+        return {2 ** b: s for b, s in sorted(self._mean_s.items())}
