@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 
@@ -26,6 +27,10 @@ def _load(path: str) -> SpecserveConfig:
     cfg = SpecserveConfig.from_yaml(path)
     check_speculator_matches_target(cfg)
     return cfg
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -57,11 +62,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
           f"  curl -s {base}/metrics | grep specserve_spec_decode", flush=True)
     if args.no_block:
         return 0
+    # SIGTERM (e.g. `timeout`, a process manager) shuts down like Ctrl-C: Serve stops the replicas
+    # gracefully so their vLLM engine processes exit with them.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
+        print("specserve: shutting down", flush=True)
         serve.shutdown()
+        ray.shutdown()
     return 0
 
 
