@@ -73,6 +73,10 @@ class SpeculatorConfig(_Strict):
                                         description="k: tokens proposed per target step.")
     prompt_lookup_min: int = Field(2, ge=1, description="ngram only: shortest n-gram matched.")
     prompt_lookup_max: int = Field(4, ge=1, description="ngram only: longest n-gram matched.")
+    max_model_len: int | None = Field(
+        None, ge=1, description="Context of the speculator in tokens; vLLM does not speculate for "
+        "a sequence beyond it (vLLM speculative_config.max_model_len). Unset: the draft's own "
+        "max_position_embeddings (draft_model) or the target's.")
     draft_tensor_parallel_size: int | None = Field(
         None, ge=1, description="Tensor-parallel size of a separate draft model; vLLM default "
         "(the target's) when unset.")
@@ -98,7 +102,18 @@ class SpeculatorConfig(_Strict):
             out["model"] = resolve_path(self.model)
         if self.draft_tensor_parallel_size is not None:
             out["draft_tensor_parallel_size"] = self.draft_tensor_parallel_size
+        if self.max_model_len is not None:
+            out["max_model_len"] = self.max_model_len
         return out
+
+    def context_len(self) -> int | None:
+        """Tokens of context the speculator drafts within: `max_model_len`, else a local draft
+        checkpoint's `max_position_embeddings`; None when unlimited or unknown."""
+        if self.max_model_len is not None:
+            return self.max_model_len
+        if self.method == "draft_model":
+            return read_config_value(self.model, "max_position_embeddings")
+        return None
 
 
 class PoolConfig(_Strict):
@@ -223,13 +238,14 @@ def format_validation_error(err: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
-def read_vocab_size(model_path: str) -> int | None:
-    """`vocab_size` from a checkpoint's config.json, or None when the folder is not local."""
+def read_config_value(model_path: str, key: str) -> int | None:
+    """`key` from a checkpoint's config.json (or its text_config), or None when the folder is not
+    local or the key is absent."""
     cfg = Path(resolve_path(model_path)) / "config.json"
     if not cfg.is_file():
         return None
     data = json.loads(cfg.read_text())
-    return data.get("vocab_size") or data.get("text_config", {}).get("vocab_size")
+    return data.get(key) or data.get("text_config", {}).get(key)
 
 
 def check_speculator_matches_target(cfg: SpecserveConfig) -> None:
@@ -246,7 +262,8 @@ def check_speculator_matches_target(cfg: SpecserveConfig) -> None:
     spec = cfg.speculative.speculator
     if spec.method != "draft_model" or cfg.speculative.num_replicas == 0:
         return
-    target_v, draft_v = read_vocab_size(cfg.model.path), read_vocab_size(spec.model)
+    target_v = read_config_value(cfg.model.path, "vocab_size")
+    draft_v = read_config_value(spec.model, "vocab_size")
     if target_v is not None and draft_v is not None and target_v != draft_v:
         raise ConfigError(
             f"speculative.speculator.model: draft vocab_size {draft_v} ({resolve_path(spec.model)})"

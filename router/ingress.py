@@ -15,24 +15,22 @@ import contextvars
 import dataclasses
 import json
 import logging
-from typing import get_args
 
 from fastapi import FastAPI, Request
 from ray import serve
 from ray.llm._internal.serve.core.configs.openai_api_models import ModelCard, OpenAIHTTPException
 from ray.serve.handle import DeploymentHandle
 from ray.serve.llm.ingress import OpenAiIngress
-from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionRequest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from vllm.entrypoints.generate.base.protocol import StreamOptions
 
-from cluster.config import Route, SpecserveConfig
+from cluster.config import Route, SpecserveConfig, resolve_path
 from deployments.stats import get_board
-from router.classify import classify_text
 from router.estimator import RouteEstimator
+from router.features import load_tokenizer, request_features
 from router.errors import RequestError, error_response, install_error_handlers
 from router.metrics import CONTENT_TYPE, RouterMetrics
-from router.policy import PoolLoad, RequestedRoute, RequestFeatures, choose_route
+from router.policy import PoolLoad, RequestFeatures, choose_route
 from router.pressure import PressureTracker
 
 logger = logging.getLogger("specserve.router")
@@ -40,46 +38,6 @@ logger = logging.getLogger("specserve.router")
 # The pool chosen for the request being handled; read by `_get_configured_serve_handle`, which
 # Ray's `OpenAiIngress._get_response` calls in the same task.
 _ROUTE: contextvars.ContextVar[Route] = contextvars.ContextVar("specserve_route")
-
-
-def request_features(body: CompletionRequest | ChatCompletionRequest) -> RequestFeatures:
-    """Task, temperature, requested route and speculation-refused options of a request.
-
-    Pops the `route` extension field so it does not travel to the engine.
-
-    Raises:
-        RequestError: `route` is not one of auto/speculative/vanilla (400).
-    """
-    extra = body.model_extra if body.model_extra is not None else {}
-    requested = extra.pop("route", "auto")
-    if requested not in get_args(RequestedRoute):
-        raise RequestError(400, f"route: must be one of {list(get_args(RequestedRoute))}, got "
-                           f"{requested!r}", "route")
-    unsupported = tuple(name for name, on in (("min_p", bool(body.min_p)),
-                                              ("logit_bias", bool(body.logit_bias))) if on)
-    temperature = 1.0 if body.temperature is None else body.temperature
-    return RequestFeatures(task=classify_text(_text_of(body)), temperature=temperature,
-                           requested_route=requested, unsupported_options=unsupported)
-
-
-def _text_of(body: CompletionRequest | ChatCompletionRequest) -> str:
-    """The completion prompt, or the last user turn of a chat ('' for token-id prompts)."""
-    messages = getattr(body, "messages", None)
-    if messages is not None:
-        for msg in reversed(messages):
-            msg = msg if isinstance(msg, dict) else msg.model_dump()
-            if msg.get("role") == "user":
-                content = msg.get("content") or ""
-                if isinstance(content, list):  # content parts
-                    content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
-                return str(content)
-        return ""
-    prompt = body.prompt
-    if isinstance(prompt, str):
-        return prompt
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
-        return "\n".join(prompt)
-    return ""
 
 
 def build_fastapi_app(max_body_bytes: int) -> FastAPI:
@@ -117,6 +75,9 @@ class SpecserveIngress(OpenAiIngress):
         replicas = {pool: getattr(self._cfg, pool).num_replicas for pool in pools}
         ctx = serve.get_replica_context()
         self._pressure = PressureTracker(get_board(ctx.app_name), ctx.replica_id.unique_id, replicas)
+        self._tokenizer = load_tokenizer(resolve_path(self._cfg.model.path))
+        self._speculator_context = (self._cfg.speculative.speculator.context_len()
+                                    if "speculative" in pools else None)
         self._estimator = RouteEstimator(self._cfg.speculative.speculator.num_speculative_tokens)
         self._last_auto_route: dict[str, Route] = {}  # per task type, for hysteresis
         self._metrics = RouterMetrics(self._pressure.pool_stats, self._estimator)
@@ -138,7 +99,7 @@ class SpecserveIngress(OpenAiIngress):
     async def _process_llm_request(self, body, call_method: str,
                                    raw_request: Request | None = None) -> Response:
         await self._get_model_id(body.model)  # 404 before any decision is counted
-        features = request_features(body)
+        features = request_features(body, self._tokenizer, self._speculator_context)
         features = dataclasses.replace(features, expected_tokens=self._estimator.expected_tokens(
             features.task, features.temperature))
         loads = self._loads()

@@ -26,6 +26,7 @@ Reason = Literal[
     "pinned",                 # router.pin in the config forced the path
     "only_pool",              # the other pool is not configured
     "unsupported_option",     # min_p / logit_bias: vLLM refuses them under speculative decoding
+    "beyond_speculator_context",  # prompt longer than the speculator's context: nothing to gain
     "high_temperature",       # above router.max_speculative_temperature
     "task_gains_little",      # task type not in router.speculative_tasks
     "batch_pressure",         # no step times yet; speculative pool at its in-flight cap
@@ -46,6 +47,8 @@ class RequestFeatures:
         unsupported_options: names of set options the speculative path refuses (e.g. "min_p").
         expected_tokens: E[τ] on the speculative path for this task and temperature (None:
             unknown).
+        beyond_speculator_context: the prompt alone fills the speculator's context, so vLLM
+            would not speculate for it.
     """
 
     task: TaskType
@@ -53,6 +56,7 @@ class RequestFeatures:
     requested_route: RequestedRoute = "auto"
     unsupported_options: tuple[str, ...] = ()
     expected_tokens: float | None = None
+    beyond_speculator_context: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +107,8 @@ def choose_route(req: RequestFeatures, pools: Mapping[Route, PoolLoad], cfg: Rou
         return Decision(cfg.pin, "pinned")
     if req.unsupported_options:
         return Decision("vanilla", "unsupported_option")
+    if req.beyond_speculator_context:
+        return Decision("vanilla", "beyond_speculator_context")
     if req.temperature > cfg.max_speculative_temperature:
         return Decision("vanilla", "high_temperature")
     spec, van = pools["speculative"], pools["vanilla"]

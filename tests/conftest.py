@@ -13,7 +13,9 @@ import pytest
 
 from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig, models_dir
 
+pytest_plugins = ["conftest_kube"]  # real API server fixtures for tests/test_kuberay_*.py
 TEST_PORT = int(os.environ.get("SPECSERVE_TEST_PORT", "8123"))
+SPECULATOR_CONTEXT = 256
 
 
 @pytest.fixture(scope="session")
@@ -31,6 +33,8 @@ def serve_config(lab) -> SpecserveConfig:
     for pool in ("vanilla", "speculative"):
         data[pool]["enforce_eager"] = True  # start in seconds; decode speed is not tested here
     data["server"]["port"] = TEST_PORT
+    # A speculator context shorter than the target's (1024), for ../shared/cases #9.
+    data["speculative"]["speculator"]["max_model_len"] = SPECULATOR_CONTEXT
     return SpecserveConfig.from_dict(data)
 
 

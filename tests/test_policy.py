@@ -17,6 +17,8 @@ CFG = RouterConfig(max_speculative_in_flight=8)
     (RequestFeatures("code", 1.0), IDLE, "vanilla", "high_temperature"),
     (RequestFeatures("code", 0.0, unsupported_options=("min_p",)), IDLE, "vanilla",
      "unsupported_option"),
+    (RequestFeatures("code", 0.0, beyond_speculator_context=True), IDLE, "vanilla",
+     "beyond_speculator_context"),
     (RequestFeatures("code", 0.0), {"vanilla": PoolLoad(1, 0), "speculative": PoolLoad(1, 8)},
      "vanilla", "batch_pressure"),
     (RequestFeatures("code", 0.0), {"vanilla": PoolLoad(1, 0), "speculative": PoolLoad(2, 8)},

@@ -165,3 +165,19 @@ def test_metrics_show_acceptance_on_the_speculative_pool(client):
     assert samples['specserve_spec_decode_num_accepted_tokens_total{pool="speculative"}'] > 0
     assert samples['specserve_spec_decode_num_drafts_total{pool="vanilla"}'] == 0
     assert samples['specserve_requests_total{reason="requested",route="speculative",task="code"}'] >= 1
+
+
+def test_prompt_beyond_the_speculator_context(client, serve_config):
+    from conftest import SPECULATOR_CONTEXT
+    from router.features import load_tokenizer
+    from cluster.config import resolve_path
+
+    tokenizer = load_tokenizer(resolve_path(serve_config.model.path))
+    line, prompt = "    total += values[i] * weights[i]\n", "def score(values, weights):\n"
+    while len(tokenizer.encode(prompt).ids) < SPECULATOR_CONTEXT + 20:
+        prompt += line
+    auto = complete(client, prompt=prompt, max_tokens=32)
+    assert (auto.headers["x-specserve-route"], auto.headers["x-specserve-reason"]) == \
+        ("vanilla", "beyond_speculator_context")
+    forced = complete(client, "speculative", prompt=prompt, max_tokens=32)
+    assert forced.json()["choices"][0]["text"] == auto.json()["choices"][0]["text"]
