@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import sys
-import time
 from pathlib import Path
 
 import yaml
@@ -28,16 +27,13 @@ from kubernetes.client.rest import ApiException
 from kubernetes.config.config_exception import ConfigException
 from urllib3.exceptions import MaxRetryError
 
-from cluster import kube_status
+from cluster.kube_status import format_rayservice
 from cluster.config import DEFAULT_CONFIG_PATH, ConfigError, SpecserveConfig
 from cluster.kube_client import Kube, api_error, connect
+from cluster.kube_rollout import run_batch, upgrade
 from cluster.kuberay import MANIFESTS_DIR, plain, rayjob, rayservice, render, render_all
 
 EXIT_FAILED, EXIT_USAGE = 1, 2
-
-
-def _log(message: str, t0: float) -> None:
-    print(f"[{time.monotonic() - t0:5.0f}s] {message}", flush=True)
 
 
 def load_config(path: str, image: str | None = None) -> SpecserveConfig:
@@ -54,17 +50,15 @@ def cmd_render(args: argparse.Namespace) -> int:
     if not args.all:
         print(render(SpecserveConfig.from_yaml(args.config), args.config, args.kind), end="")
         return 0
-    drifted = []
-    for path, text in render_all().items():
-        if args.check:
-            if not path.is_file() or path.read_text() != text:
-                drifted.append(path)
-        else:
+    drifted = 0
+    for path, (text, source) in render_all(Path(args.out)).items():
+        if not args.check:
             path.write_text(text)
-            print(f"wrote {path.relative_to(MANIFESTS_DIR.parent)}")
-    for path in drifted:
-        print(f"drift: {path.relative_to(MANIFESTS_DIR.parent)} differs from its config; "
-              "run `specserve render --all`", file=sys.stderr)
+            print(f"wrote {path}")
+        elif not path.is_file() or path.read_text() != text:
+            print(f"drift: {path} differs from {source}; run `specserve render --all`",
+                  file=sys.stderr)
+            drifted += 1
     return EXIT_FAILED if drifted else 0
 
 
@@ -72,7 +66,10 @@ def cmd_apply(args: argparse.Namespace, objs: list[dict], kube: Kube) -> int:
     for obj in objs:
         before = kube.get(obj["kind"], obj["metadata"]["name"])
         after = kube.apply(obj, force=args.force_conflicts, dry_run=args.dry_run)
-        same = before and before["metadata"]["resourceVersion"] == after["metadata"]["resourceVersion"]
+        # Compare content, not resourceVersion: a 1.20 API server rewrites managedFields' time
+        # (a new resourceVersion) on a no-op apply made in a later second.
+        same = before is not None and before.get("spec") == after.get("spec") and \
+            before["metadata"].get("labels") == after["metadata"].get("labels")
         verb = "unchanged" if same else "serverside-applied"
         print(f"{obj['kind'].lower()}.ray.io/{obj['metadata']['name']} {verb} "
               f"(generation {after['metadata'].get('generation')})"
@@ -85,21 +82,35 @@ def cmd_status(args: argparse.Namespace, kube: Kube) -> int:
     if obj is None:
         print(f"RayService {kube.namespace}/{args.name} not found", file=sys.stderr)
         return EXIT_FAILED
-    print(kube_status.format_rayservice(obj))
+    print(format_rayservice(obj))
     return 0
 
 
 def _group_patch(spec_path: str, groups: list[dict], group: str, values: dict) -> list[dict]:
-    index = next((i for i, g in enumerate(groups) if g.get("groupName") == group), None)
-    if index is None:
-        raise KeyError(group)
+    """JSON patch setting `values` on worker group `group`, refused if the list moved meanwhile."""
+    index = next(i for i, g in enumerate(groups) if g.get("groupName") == group)
     base = f"{spec_path}/workerGroupSpecs/{index}"
     return [{"op": "test", "path": f"{base}/groupName", "value": group},
             *({"op": "add", "path": f"{base}/{k}", "value": v} for k, v in values.items())]
 
 
+def _scale_error(current: dict, values: dict) -> str | None:
+    """Why these values cannot be set on a group whose spec is `current`, or None."""
+    if not values:
+        return "give --replicas, --min or --max"
+    if any(v < 0 for v in values.values()):
+        return "replica counts must be >= 0"
+    new = {"replicas": 0, "minReplicas": 0, "maxReplicas": 2**31 - 1, **current, **values}
+    if new["minReplicas"] > new["maxReplicas"]:
+        return f"--min: {new['minReplicas']} is above --max {new['maxReplicas']}"
+    if "replicas" in values and not new["minReplicas"] <= new["replicas"] <= new["maxReplicas"]:
+        return (f"--replicas: {new['replicas']} is outside [{new['minReplicas']}, "
+                f"{new['maxReplicas']}]")
+    return None
+
+
 def cmd_scale(args: argparse.Namespace, kube: Kube) -> int:
-    """Sets a worker group's bounds on the RayService (durable) and on its live RayClusters
+    """Sets a worker group's counts on the RayService (durable) and on its live RayClusters
     (effective now: KubeRay does not copy replica counts from a RayService to its clusters)."""
     svc = kube.get("RayService", args.name)
     if svc is None:
@@ -113,105 +124,34 @@ def cmd_scale(args: argparse.Namespace, kube: Kube) -> int:
         return EXIT_USAGE
     flags = {"replicas": args.replicas, "minReplicas": args.min, "maxReplicas": args.max}
     values = {k: v for k, v in flags.items() if v is not None}
-    new = {k: values.get(k, current.get(k, 0)) for k in flags}
-    if new["minReplicas"] > new["maxReplicas"]:
-        print(f"--min: {new['minReplicas']} is above --max {new['maxReplicas']}", file=sys.stderr)
-        return EXIT_USAGE
-    if "replicas" in values and not new["minReplicas"] <= new["replicas"] <= new["maxReplicas"]:
-        print(f"--replicas: {new['replicas']} is outside [{new['minReplicas']}, "
-              f"{new['maxReplicas']}]", file=sys.stderr)
+    counts = {k: current[k] for k in flags if k in current}
+    if error := _scale_error(counts, values):
+        print(error, file=sys.stderr)
         return EXIT_USAGE
     kube.json_patch("RayService", args.name,
                     _group_patch("/spec/rayClusterConfig", groups, args.group, values))
     changed = ", ".join(f"{k} {current.get(k, '-')}->{v}" for k, v in values.items())
     print(f"rayservice.ray.io/{args.name} {args.group}: {changed}")
     status = svc.get("status") or {}
-    for role in ("activeServiceStatus", "pendingServiceStatus"):
-        name = (status.get(role) or {}).get("rayClusterName")
+    for role in ("active", "pending"):
+        name = (status.get(f"{role}ServiceStatus") or {}).get("rayClusterName")
         cluster = kube.get("RayCluster", name) if name else None
-        if cluster is None:
+        live = (cluster or {}).get("spec", {}).get("workerGroupSpecs") or []
+        if not any(g.get("groupName") == args.group for g in live):
             continue
-        kube.json_patch("RayCluster", name, _group_patch(
-            "/spec", cluster["spec"].get("workerGroupSpecs") or [], args.group, values))
-        print(f"raycluster.ray.io/{name} ({role.removesuffix('ServiceStatus')}) {args.group}: "
-              f"{changed}")
+        kube.json_patch("RayCluster", name, _group_patch("/spec", live, args.group, values))
+        print(f"raycluster.ray.io/{name} ({role}) {args.group}: {changed}")
     if "replicas" in values and svc["spec"]["rayClusterConfig"].get("enableInTreeAutoscaling"):
         print("note: the autoscaler owns replicas within [min, max] and may change it again")
     return 0
 
 
-def cmd_upgrade(args: argparse.Namespace, obj: dict, kube: Kube) -> int:
-    """Applies the new spec and watches until the new cluster serves; on timeout, says why and
-    (by default) re-applies the previous spec so KubeRay drops the pending cluster. The active
-    cluster is never patched."""
-    name = obj["metadata"]["name"]
-    before = kube.get("RayService", name)
-    if before is None:
-        print(f"RayService {kube.namespace}/{name} not found: `specserve cluster apply` first",
-              file=sys.stderr)
-        return EXIT_FAILED
-    old_active = ((before.get("status") or {}).get("activeServiceStatus") or {}).get(
-        "rayClusterName")
-    after = kube.apply(obj, force=args.force_conflicts)
-    generation = after["metadata"]["generation"]
-    t0 = time.monotonic()
-    if generation == before["metadata"]["generation"]:
-        _log(f"nothing to upgrade: generation {generation} is already applied", t0)
-    else:
-        _log(f"applied generation {generation}; active RayCluster {old_active or '-'}", t0)
-    last, current = "", after
-    for current in kube.follow("RayService", name, args.timeout_s):
-        if current is None:
-            _log(f"RayService {name} was deleted", t0)
-            return EXIT_FAILED
-        verdict = kube_status.upgrade_verdict(current, old_active, generation)
-        if verdict.detail != last:
-            _log(verdict.detail, t0)
-            last = verdict.detail
-        if verdict.done:
-            return 0
-    current = kube.get("RayService", name) or current
-    print(f"upgrade timed out: {kube_status.stuck_reason(current, old_active, args.timeout_s)}",
-          file=sys.stderr)
-    if args.on_timeout == "revert" and generation != before["metadata"]["generation"]:
-        previous = {"apiVersion": obj["apiVersion"], "kind": obj["kind"],
-                    "metadata": {"name": name, "labels": before["metadata"].get("labels", {})},
-                    "spec": before["spec"]}
-        reverted = kube.apply(previous, force=True)
-        print(f"reverted RayService {name} to the spec of generation "
-              f"{before['metadata']['generation']} (now generation "
-              f"{reverted['metadata']['generation']}); KubeRay drops the pending cluster, the "
-              f"active RayCluster {old_active or '-'} was not touched", file=sys.stderr)
-    else:
-        print("left as is: KubeRay keeps trying the pending cluster; the active one still serves",
-              file=sys.stderr)
-    return EXIT_FAILED
-
-
 def cmd_submit_batch(args: argparse.Namespace, cfg: SpecserveConfig, kube: Kube) -> int:
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
     name = args.job_name or f"{cfg.kubernetes.name}-batch-{stamp}"
-    obj = plain(rayjob(cfg, name, args.input, args.output))
-    kube.create(obj)
-    t0 = time.monotonic()
-    _log(f"rayjob.ray.io/{name} created: {obj['spec']['entrypoint']}", t0)
-    if args.no_follow:
-        return 0
-    timeout_s = args.timeout_s or (cfg.kubernetes.batch.active_deadline_s + 60)
-    last = ""
-    for current in kube.follow("RayJob", name, timeout_s):
-        if current is None:
-            _log(f"rayjob {name} was deleted", t0)
-            return EXIT_FAILED
-        verdict = kube_status.rayjob_verdict(current)
-        if verdict.detail != last:
-            _log(verdict.detail, t0)
-            last = verdict.detail
-        if verdict.done:
-            return 0 if verdict.ok else EXIT_FAILED
-    print(f"rayjob {name} still running after {timeout_s:.0f} s (it goes on; "
-          f"`kubectl get rayjob {name}`)", file=sys.stderr)
-    return EXIT_FAILED
+    return run_batch(kube, plain(rayjob(cfg, name, args.input, args.output)),
+                     timeout_s=args.timeout_s or cfg.kubernetes.batch.active_deadline_s + 60,
+                     follow=not args.no_follow)
 
 
 def cmd_delete(args: argparse.Namespace, kube: Kube) -> int:
@@ -239,6 +179,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--kind", choices=["rayservice", "rayjob"], default="rayservice")
     r.add_argument("--all", action="store_true", help="rewrite manifests/ from manifests/configs/")
     r.add_argument("--check", action="store_true", help="with --all: only report drift")
+    r.add_argument("--out", default=str(MANIFESTS_DIR), help="with --all: manifests folder")
     c = top.add_parser("cluster", help="operate the RayService and batch RayJobs")
     _connection_flags(c)
     verbs = c.add_subparsers(dest="verb", required=True)
@@ -286,7 +227,8 @@ def parser() -> argparse.ArgumentParser:
 def _prepare(args: argparse.Namespace) -> tuple[list[dict], SpecserveConfig | None]:
     """Everything that can be checked without the API: config, rendering, manifest files."""
     if args.verb == "apply" and args.filename:
-        return [d for f in args.filename for d in yaml.safe_load_all(Path(f).read_text()) if d], None
+        docs = [d for f in args.filename for d in yaml.safe_load_all(Path(f).read_text())]
+        return [d for d in docs if d], None
     if args.verb in ("apply", "upgrade", "submit-batch"):
         cfg = load_config(args.config, getattr(args, "image", None))
         return ([] if args.verb == "submit-batch" else [plain(rayservice(cfg))]), cfg
@@ -315,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.verb == "apply":
             return cmd_apply(args, objs, kube)
         if args.verb == "upgrade":
-            return cmd_upgrade(args, objs[0], kube)
+            return upgrade(kube, objs[0], timeout_s=args.timeout_s, on_timeout=args.on_timeout,
+                           force=args.force_conflicts)
         if args.verb == "submit-batch":
             return cmd_submit_batch(args, cfg, kube)
         return {"status": cmd_status, "scale": cmd_scale, "delete": cmd_delete}[args.verb](

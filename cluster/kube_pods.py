@@ -46,7 +46,8 @@ def _models_volume(kube: KubeConfig) -> tuple[dict, dict]:
     return mount, volume
 
 
-def _template(containers: list, volumes: list, stamp: str | None, extra: dict | None = None) -> dict:
+def _template(containers: list, volumes: list, stamp: str | None,
+              extra: dict | None = None) -> dict:
     spec = {"containers": Doc("The Ray container.", containers),
             "volumes": Doc("Volumes the containers mount.", volumes), **(extra or {})}
     template: dict = {}
@@ -66,7 +67,8 @@ def head_spec(cfg, *, batch: bool = False, stamp: str | None = None) -> dict:
     mounts, volumes = [mount], [volume]
     if batch:
         mounts.append({"name": "data", "mountPath": "/data"})
-        volumes.append({"name": "data", "persistentVolumeClaim": {"claimName": kube.batch.data_pvc}})
+        volumes.append({"name": "data",
+                        "persistentVolumeClaim": {"claimName": kube.batch.data_pvc}})
     ports = [_port("gcs-server", 6379), _port("dashboard", 8265), _port("client", 10001),
              _port("serve", cfg.server.port), _port("metrics", 8080)]
     container = _container(kube, "ray-head", _resources(kube.head.cpus, kube.head.memory_gib),

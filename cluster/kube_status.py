@@ -69,7 +69,8 @@ def format_rayservice(obj: dict) -> str:
     state = "Ready" if ready.get("status") == "True" else "Not ready"
     lines = [f"RayService {meta.get('namespace', '')}/{meta.get('name', '')}: {state}, "
              f"{status.get('numServeEndpoints', 0)} serve endpoint(s), generation "
-             f"{meta.get('generation', '?')} (observed {status.get('observedGeneration', '-')})", ""]
+             f"{meta.get('generation', '?')} "
+             f"(observed {status.get('observedGeneration', '-')})", ""]
     conds = [[c.get("type", ""), c.get("status", ""), c.get("reason", ""), c.get("message", "")]
              for c in status.get("conditions") or []]
     lines += [table(["CONDITION", "STATUS", "REASON", "MESSAGE"], conds) if conds

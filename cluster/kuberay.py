@@ -20,6 +20,7 @@ import yaml
 
 from cluster.commented_yaml import Default, Doc, dump, plain
 from cluster.config import ConfigError, PoolConfig, SpecserveConfig
+from cluster.kube_config import WorkerGroupConfig
 from cluster.kube_pods import head_spec, worker_group
 
 SERVE_APP_NAME = "specserve"
@@ -58,7 +59,7 @@ def check_fit(cfg: SpecserveConfig) -> None:
         raise ConfigError("\n".join(errors))
 
 
-def replicas_per_pod(name: str, pool: PoolConfig, group) -> int:
+def replicas_per_pod(name: str, pool: PoolConfig, group: WorkerGroupConfig) -> int:
     """Serve replicas of `pool` one worker pod holds: GPUs / tp on GPU, CPUs / (tp + 1) on CPU.
 
     A replica's placement group is tp bundles of one GPU (or CPU), the first one also holding the
@@ -153,12 +154,14 @@ def rayservice(cfg: SpecserveConfig) -> dict:
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayService",
-        "metadata": _metadata(cfg, cfg.kubernetes.name, "serving"),
+        "metadata": Doc("Namespace from kubectl/specserve's -n or the context.",
+                        _metadata(cfg, cfg.kubernetes.name, "serving")),
         "spec": {
             "upgradeStrategy": Doc(
-                "NewCluster: a change to rayClusterConfig starts a new RayCluster; traffic moves "
-                "once its Serve apps run, and the old one is deleted. The active cluster is never "
-                "modified by an upgrade.", {"type": cfg.kubernetes.upgrade_strategy}),
+                "How a change to rayClusterConfig rolls out. NewCluster: a new RayCluster starts, "
+                "traffic moves once its Serve apps run, then the old one is deleted; the active "
+                "cluster itself is never modified. None: no new cluster.",
+                {"type": cfg.kubernetes.upgrade_strategy}),
             "rayClusterDeletionDelaySeconds": Default(
                 "Seconds the old cluster lingers after traffic moved.", 60),
             "excludeHeadPodFromServeSvc": Default(
@@ -186,7 +189,9 @@ def rayjob(cfg: SpecserveConfig, name: str | None = None, input_path: str | None
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",
-        "metadata": _metadata(cfg, name or f"{cfg.kubernetes.name}-batch", "batch"),
+        "metadata": Doc("Namespace from kubectl/specserve's -n or the context; `specserve "
+                        "cluster submit-batch` names each job <name>-batch-<UTC time>.",
+                        _metadata(cfg, name or f"{cfg.kubernetes.name}-batch", "batch")),
         "spec": {
             "entrypoint": Doc("Driver command, run on the head by `ray job submit`.",
                               batch_entrypoint(cfg, input_path or batch.input,
@@ -246,13 +251,13 @@ def manifest_paths(variant: str, out_dir: Path = MANIFESTS_DIR) -> dict[str, Pat
             "rayjob": out_dir / f"ray-job.{variant}.yaml"}
 
 
-def render_all(out_dir: Path = MANIFESTS_DIR) -> dict[Path, str]:
-    """{manifest path: text} for every `manifests/configs/<variant>.yaml`."""
+def render_all(out_dir: Path = MANIFESTS_DIR) -> dict[Path, tuple[str, str]]:
+    """{manifest path in out_dir: (text, source config)} for every manifests/configs/*.yaml."""
     out = {}
     for config in sorted((MANIFESTS_DIR / "configs").glob("*.yaml")):
-        cfg = SpecserveConfig.from_yaml(config)
+        cfg, source = SpecserveConfig.from_yaml(config), f"manifests/configs/{config.name}"
         for kind, path in manifest_paths(config.stem, out_dir).items():
-            out[path] = render(cfg, f"manifests/configs/{config.name}", kind)
+            out[path] = (render(cfg, source, kind), source)
     return out
 
 
