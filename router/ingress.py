@@ -1,8 +1,9 @@
 """The OpenAI-compatible ingress: picks the vanilla or the speculative pool for every request.
 
 Built on Ray Serve LLM's `OpenAiIngress` (request parsing, streaming, engine error mapping); adds the
-route decision, its headers (`x-specserve-route`, `x-specserve-reason`, `x-specserve-task`), a
-structured decision log line, `GET /metrics` and `GET /health`.
+route decision, its headers (`x-specserve-route`, `-reason`, `-task`, `-speedup`), a structured
+decision log line, online learning of acceptance from each speculative response, `GET /metrics`
+and `GET /health`.
 
 Request extension: `"route": "auto" | "speculative" | "vanilla"` in the JSON body (OpenAI clients
 send it with `extra_body={"route": ...}`); default `auto`.
@@ -113,7 +114,7 @@ class SpecserveIngress(OpenAiIngress):
             self._last_auto_route[features.task] = route
         self._metrics.observe_decision(route, decision.reason, features.task, decision.speedup)
         logger.info(json.dumps({
-            "event": "route", "request_id": getattr(raw_request.state, "request_id", None)
+            "event": "route", "request_id": raw_request.headers.get("x-request-id")
             if raw_request else None, "route": route, "reason": decision.reason,
             "task": features.task, "temperature": features.temperature,
             "expected_tokens": round(features.expected_tokens, 3),
