@@ -1,0 +1,65 @@
+"""The router under load on real pools: a burst shifts requests to vanilla and they come back
+when it ends; acceptance estimates converge on a code-only stream (issue 3)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.serve
+
+MODEL = "specserve-tiny"
+CODE = ["def fibonacci(n):\n    ", "import os\nimport sys\n\n\ndef main(argv):\n",
+        "class Stack:\n    def __init__(self):\n", "def merge_sort(items):\n    "]
+
+
+def _auto(client, prompt=CODE[0]):
+    r = client.post("/v1/completions", json={"model": MODEL, "prompt": prompt, "max_tokens": 4,
+                                              "temperature": 0})
+    assert r.status_code == 200, r.text
+    return r.headers["x-specserve-route"], float(r.headers["x-specserve-speedup"])
+
+
+def _metric(client, name: str) -> float | None:
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_acceptance_estimate_converges_on_a_code_stream(client):
+    observed_steps = observed_accepted = 0
+    for i in range(12):
+        r = client.post("/v1/completions", json={"model": MODEL, "prompt": CODE[i % len(CODE)],
+                                                  "max_tokens": 64, "temperature": 0,
+                                                  "route": "speculative"})
+        spec = r.json()["metrics"]["speculative_decoding"]
+        observed_steps += spec["num_spec_steps"]
+        observed_accepted += spec["num_accepted_draft_tokens"]
+    measured = 1 + observed_accepted / observed_steps  # mean acceptance length of this stream
+    estimate = _metric(client, 'specserve_mean_acceptance_length{task="code",temperature="t0"}')
+    assert estimate is not None
+    # the prior (α = 0.7) weighs 20 steps against the stream's hundreds
+    assert estimate == pytest.approx(measured, rel=0.15)
+
+
+def test_burst_shifts_to_vanilla_and_back(server, client):
+    route_before, s_before = _auto(client)
+    burst = {"model": MODEL, "prompt": CODE[1], "max_tokens": 400, "temperature": 0,
+             "ignore_eos": True, "route": "speculative"}
+    with concurrent.futures.ThreadPoolExecutor(24) as pool, \
+            httpx.Client(base_url=server, timeout=300) as burst_client:
+        futures = [pool.submit(burst_client.post, "/v1/completions", json=burst)
+                   for _ in range(24)]
+        time.sleep(2.0)
+        route_during, s_during = _auto(client)
+        assert not any(f.done() for f in futures), "burst ended before the probe"
+        assert all(f.result().status_code == 200 for f in futures)
+    route_after, s_after = _auto(client)
+    assert route_during == "vanilla"
+    assert s_during < s_before / 2
+    assert s_after == pytest.approx(s_before, rel=0.25)
+    assert route_after == route_before
