@@ -56,19 +56,35 @@ def spec_counters(llm: LLM) -> dict:
     return out
 
 
-def run_engine(target: Path, prompts: list[str], max_tokens: int,
+def _minus(after: dict, before: dict) -> dict:
+    """Counter differences; per-position vectors are subtracted element-wise."""
+    out = {}
+    for key, value in after.items():
+        old = before.get(key)
+        if isinstance(value, list):
+            out[key] = [a - b for a, b in zip(value, old or [0] * len(value))]
+        else:
+            out[key] = value - (old or 0)
+    return out
+
+
+def run_engine(target: Path, prompts: list[str], max_tokens: int, dtype: str,
                speculative_config: dict | None) -> tuple[list[list[int]], float, dict]:
-    """Generates greedily; returns (token ids per prompt, generated tokens/s, spec counters)."""
+    """Generates greedily; returns (token ids per prompt, generated tokens/s, spec counters).
+
+    The counters exclude the one-prompt warm-up that precedes the timed batch.
+    """
     llm = LLM(model=str(target), enforce_eager=True, distributed_executor_backend="uni",
-              max_model_len=1024, disable_log_stats=False, seed=0,
+              max_model_len=1024, disable_log_stats=False, seed=0, dtype=dtype,
               speculative_config=speculative_config)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
-    llm.generate(prompts[:1], params, use_tqdm=False)  # warm-up
+    llm.generate(prompts[:1], params, use_tqdm=False)
+    before = spec_counters(llm)
     start = time.perf_counter()
     outputs = llm.generate(prompts, params, use_tqdm=False)
     wall_s = time.perf_counter() - start
     ids = [list(o.outputs[0].token_ids) for o in outputs]
-    counters = spec_counters(llm)
+    counters = _minus(spec_counters(llm), before)
     del llm
     gc.collect()
     destroy_model_parallel()
@@ -83,17 +99,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k", type=int, default=4, help="num_speculative_tokens")
     parser.add_argument("--prompts", type=int, default=8, help="number of prompts")
     parser.add_argument("--max-tokens", type=int, default=128, help="generated tokens per prompt")
+    parser.add_argument("--dtype", default="auto",
+                        help="vLLM dtype; auto means bfloat16 on x86 CPUs (weights are float32)")
     args = parser.parse_args(argv)
     target, draft = args.models / "target", args.models / "draft"
     prompts = heldout_prompts(args.prompts)
-    vanilla, vanilla_tok_s, _ = run_engine(target, prompts, args.max_tokens, None)
-    spec, spec_tok_s, c = run_engine(target, prompts, args.max_tokens,
+    vanilla, vanilla_tok_s, _ = run_engine(target, prompts, args.max_tokens, args.dtype, None)
+    spec, spec_tok_s, c = run_engine(target, prompts, args.max_tokens, args.dtype,
                                      {"method": "draft_model", "model": str(draft),
                                       "num_speculative_tokens": args.k})
     drafts, accepted = c.get("num_drafts", 0), c.get("num_accepted_tokens", 0)
     per_pos = c.get("num_accepted_tokens_per_pos", [])
     result = {
-        "prompts": len(prompts), "max_tokens": args.max_tokens, "k": args.k,
+        "prompts": len(prompts), "max_tokens": args.max_tokens, "k": args.k, "dtype": args.dtype,
         "identical_to_vanilla": spec == vanilla,
         "identical_prompts": sum(a == b for a, b in zip(spec, vanilla)),
         "counters": c,

@@ -22,7 +22,8 @@ import torch
 from transformers import LlamaForCausalLM
 
 
-def bigram_log_probs(ids: torch.Tensor, vocab_size: int, smoothing: float = 20.0) -> tuple[torch.Tensor, torch.Tensor]:
+def bigram_log_probs(ids: torch.Tensor, vocab_size: int,
+                     smoothing: float = 20.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Row-centred smoothed bigram log-probabilities and context frequencies.
 
     P(y | x) = (c(x, y) + k·P_unigram(y)) / (c(x) + k), k = `smoothing` (a Dirichlet prior toward

