@@ -59,7 +59,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
           f"  curl -si {base}/v1/completions -H 'Content-Type: application/json' -d "
           f"'{{\"model\": \"{cfg.model.served_model_name}\", \"prompt\": \"def fibonacci(n):\", "
           f"\"max_tokens\": 64, \"temperature\": 0}}'\n"
-          f"  curl -s {base}/metrics | grep specserve_spec_decode", flush=True)
+          f"  # force a path with \"route\": \"speculative\" | \"vanilla\" (default \"auto\")\n"
+          f"  curl -s {base}/metrics | grep -E 'specserve_(spec_decode|requests)'", flush=True)
     if args.no_block:
         return 0
     # SIGTERM (e.g. `timeout`, a process manager) shuts down like Ctrl-C: Serve stops the replicas

@@ -22,6 +22,7 @@ from models.params import BuildParams, LlamaShape
 from models.tokenizer import BOS, END_OF_TURN, ROLE_TOKENS
 from models.train import Schedule
 
+# Tiny models gain nothing from a second thread, and OpenMP threads stall on a busy machine.
 TINY = BuildParams(
     vocab_size=512, target_shape=LlamaShape(64, 2, 2, 128), draft_shape=LlamaShape(32, 1, 1, 64),
     seq_len=64, batch_size=4, target_steps=6, draft_steps=4, warmup_steps=2, distill_sequences=8,
@@ -33,7 +34,7 @@ TINY = BuildParams(
 def tiny_lab(tmp_path_factory) -> Path:
     """One tiny build shared by the read-only tests below."""
     out = tmp_path_factory.mktemp("lab") / "models"
-    result = build(out, TINY)
+    result = build(out, TINY, threads=1)
     assert not result.cached
     return out
 
@@ -54,14 +55,14 @@ def test_build_writes_complete_hf_layout(tiny_lab: Path):
 
 
 def test_same_seed_gives_identical_weights_and_other_seed_differs(tiny_lab: Path, tmp_path: Path):
-    again = build(tmp_path / "again", TINY)
+    again = build(tmp_path / "again", TINY, threads=1)
     assert not again.cached
     for name in ("target", "draft"):
         assert (tiny_lab / name / "model.safetensors").read_bytes() == \
             (tmp_path / "again" / name / "model.safetensors").read_bytes()
         assert (tiny_lab / name / "tokenizer.json").read_bytes() == \
             (tmp_path / "again" / name / "tokenizer.json").read_bytes()
-    build(tmp_path / "other", replace(TINY, seed=1))
+    build(tmp_path / "other", replace(TINY, seed=1), threads=1)
     a, b = _tensors(tiny_lab / "target"), _tensors(tmp_path / "other" / "target")
     assert a.keys() == b.keys()
     assert not torch.equal(a["model.embed_tokens.weight"], b["model.embed_tokens.weight"])
@@ -69,15 +70,15 @@ def test_same_seed_gives_identical_weights_and_other_seed_differs(tiny_lab: Path
 
 def test_second_build_is_cached_and_force_rebuilds(tiny_lab: Path, capsys):
     before = (tiny_lab / "target" / "model.safetensors").stat().st_mtime_ns
-    result = build(tiny_lab, TINY)
+    result = build(tiny_lab, TINY, threads=1)
     assert result.cached
     assert result.report == json.loads((tiny_lab / "report.json").read_text())
     assert (tiny_lab / "target" / "model.safetensors").stat().st_mtime_ns == before
     # A different parameter set is a different build.
-    assert build(tiny_lab, replace(TINY, draft_steps=5)).cached is False
-    assert build(tiny_lab, TINY).cached is False
-    assert build(tiny_lab, TINY, force=True).cached is False
-    assert build(tiny_lab, TINY).cached is True
+    assert build(tiny_lab, replace(TINY, draft_steps=5), threads=1).cached is False
+    assert build(tiny_lab, TINY, threads=1).cached is False
+    assert build(tiny_lab, TINY, force=True, threads=1).cached is False
+    assert build(tiny_lab, TINY, threads=1).cached is True
 
 
 def test_failed_build_leaves_previous_output_untouched(tiny_lab: Path, monkeypatch):
@@ -89,7 +90,7 @@ def test_failed_build_leaves_previous_output_untouched(tiny_lab: Path, monkeypat
 
     monkeypatch.setattr(models.lab, "run_lab", crash)
     with pytest.raises(RuntimeError, match="killed"):
-        build(tiny_lab, TINY, force=True)
+        build(tiny_lab, TINY, force=True, threads=1)
     assert (tiny_lab / "manifest.json").read_text() == manifest_before
     assert not list(tiny_lab.parent.glob(".models.*"))
 
@@ -128,7 +129,8 @@ def test_report_holds_sizes_losses_and_agreement(tiny_lab: Path):
     report = json.loads((tiny_lab / "report.json").read_text())
     t, d = report["models"]["target"], report["models"]["draft"]
     assert d["params"]["total"] < t["params"]["total"]
-    assert report["flops_ratio_draft_to_target"] == pytest.approx(d["flops_per_token"] / t["flops_per_token"])
+    ratio = d["flops_per_token"] / t["flops_per_token"]
+    assert report["flops_ratio_draft_to_target"] == pytest.approx(ratio)
     for r in (t, d):
         assert 0 < r["heldout_loss_nats"] < math.log(report["tokenizer"]["vocab_size"]) + 1
         assert r["train"]["steps"] > 0 and r["train"]["wall_s"] > 0
@@ -143,7 +145,7 @@ def test_cli_builds_then_reports_cached(tmp_path: Path, monkeypatch, capsys):
     # The CLI starts from BuildParams() defaults (the 10-minute build); swap in the tiny ones.
     monkeypatch.setattr(models.build, "BuildParams", lambda: replace(TINY, max_files=None))
     argv = ["--out", str(tmp_path / "cli"), "--target-steps", "3", "--draft-steps", "2",
-            "--max-files", "40"]
+            "--max-files", "40", "--threads", "1"]
     assert main(argv) == 0
     first = capsys.readouterr().out
     assert "cached" not in first and "draft/target FLOPs per token" in first

