@@ -69,7 +69,7 @@ class BatchConfig(_Strict):
     """The RayJob for offline batch inference."""
 
     entrypoint: str = Field(
-        "python -m batch.run --input {input} --output {output}", min_length=1,
+        "python -m cluster.cli batch --input {input} --output {output}", min_length=1,
         description="Driver command; `{input}` and `{output}` are filled in. The config reaches it "
         "as JSON in $SPECSERVE_CONFIG_JSON.")
     input: str = Field("/data/in.jsonl", min_length=1, description="Default input JSONL path "
