@@ -5,6 +5,8 @@
     specserve models build [...]         the model lab (see `specserve models build --help`)
     specserve render [...]               KubeRay manifests from a config (cluster/kube_cli.py)
     specserve cluster VERB [...]         apply / status / scale / upgrade / submit-batch / delete
+    specserve batch --input F --output F offline generation over an OpenAI Batch API file
+                                         (cluster/batch.py; also under `ray job submit`)
 """
 
 from __future__ import annotations
@@ -82,6 +84,12 @@ def cmd_models_build(args: argparse.Namespace, rest: list[str]) -> int:
     return build_main(rest)
 
 
+def cmd_batch(args: argparse.Namespace, rest: list[str]) -> int:
+    from cluster.batch import main as batch_main
+
+    return batch_main(rest)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="specserve", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -97,6 +105,8 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("action", choices=["build"])
     sub.add_parser("render", add_help=False, help="KubeRay manifests from a config")
     sub.add_parser("cluster", add_help=False, help="operate the RayService on Kubernetes")
+    sub.add_parser("batch", add_help=False, help="offline generation over an OpenAI Batch API "
+                   "file (see `specserve batch --help`)")
     return p
 
 
@@ -108,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_models_build(args, rest)
         if args.command in ("render", "cluster"):
             return kube_cli.main([args.command, *rest])
+        if args.command == "batch":
+            return cmd_batch(args, rest)
         if rest:
             parser().error(f"unrecognized arguments: {' '.join(rest)}")
         return {"serve": cmd_serve, "validate": cmd_validate}[args.command](args)

@@ -1,0 +1,296 @@
+"""`specserve batch`: offline generation over an OpenAI Batch API file, on a Ray cluster.
+
+    ray job submit --working-dir . -- \
+        python -m cluster.cli batch --input in.jsonl --output /abs/out.jsonl
+    python -m cluster.cli batch --input in.jsonl --output out.jsonl   # directly, local Ray
+    python -m cluster.cli batch --submit http://127.0.0.1:8265 ...    # submits, waits for the head
+
+Rows go to the pools of the specserve application (cluster/batch_app.py) through the online
+router's policy in throughput mode (cluster/batch_router.py), at most `--max-in-flight` at a time;
+each answer is appended to the output as one complete line (cluster/batch_output.py). Re-running
+with the same output skips the rows it already holds, so a killed job re-submitted finishes every
+row exactly once. Rows that got no answer (engine unavailable after retries) get no line: the run
+exits 1 and a re-run retries them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import ray
+from ray.llm._internal.serve.core.configs.openai_api_models import ErrorResponse
+from ray.llm._internal.serve.core.ingress.utils import _sanitize_chat_completion_request
+
+from cluster.batch_app import ClusterUnavailable, close_app, connect, in_ray_job, open_app
+from cluster.batch_output import OutputBusy, OutputFile, error_record, response_record
+from cluster.batch_router import BatchRouter, route_headers
+from cluster.batch_rows import BatchRow, Endpoint, RowError, count_lines, read_rows
+from cluster.batch_submit import submit
+from cluster.batch_summary import BatchStats, progress_line, summary_text
+from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig, check_speculator_matches_target
+from deployments.stats import get_board
+from router.errors import RequestError, error_response
+from router.policy import Decision, RequestFeatures
+
+CONFIG_JSON_ENV = "SPECSERVE_CONFIG_JSON"  # how the RayJob manifest passes the config
+RETRY_BACKOFF_S = 2.0
+STATS_WAIT_S = 5.0  # for the first StatsBoard snapshot before routing rows
+_FAILURES_LOGGED = 5
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--input", required=True, help="OpenAI Batch API JSONL (on the head's "
+                   "filesystem; a relative path under `ray job submit` is inside --working-dir)")
+    p.add_argument("--output", required=True, help="results JSONL, appended; re-running with the "
+                   "same file skips its rows (absolute under `ray job submit`)")
+    p.add_argument("--config", default=None, help=f"YAML config (default: ${CONFIG_JSON_ENV} if "
+                   f"set, else {DEFAULT_CONFIG_PATH.name})")
+    p.add_argument("--app", default="specserve", help="Serve application to use if running; "
+                   "else `<app>-batch` is deployed for the job")
+    p.add_argument("--keep-app", action="store_true", help="leave an application the job "
+                   "deployed running afterwards")
+    p.add_argument("--address", default=None, help="Ray address (default: the job's cluster, "
+                   "$RAY_ADDRESS, else a new local Ray)")
+    p.add_argument("--max-in-flight", type=_positive_int, default=64,
+                   help="rows in flight at once")
+    p.add_argument("--max-retries", type=int, default=3, help="retries of a row whose pool is "
+                   "unavailable (5xx, replica died) before it is left for a re-run")
+    p.add_argument("--request-timeout-s", type=float, default=600.0, help="per attempt")
+    p.add_argument("--wait-s", type=float, default=600.0, help="how long to wait for the Ray "
+                   "head and the application to come up")
+    p.add_argument("--progress-interval-s", type=float, default=10.0, help="progress line period")
+    p.add_argument("--summary", default=None, help="also write the summary JSON to this file")
+    p.add_argument("--submit", default=None, metavar="URL", help="submit this command as a Ray "
+                   "job to the head's dashboard URL (waits while the head is not up) and follow it")
+    p.add_argument("--no-follow", action="store_true", help="with --submit: do not tail the job")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def log(msg: str) -> None:
+    print(f"specserve batch: {msg}", flush=True)
+
+
+def load_config(path: str | None) -> SpecserveConfig:
+    """--config, else $SPECSERVE_CONFIG_JSON (the RayJob's), else cluster/default.yaml."""
+    if path is None and os.environ.get(CONFIG_JSON_ENV):
+        cfg = SpecserveConfig.from_dict(json.loads(os.environ[CONFIG_JSON_ENV]),
+                                        source=f"${CONFIG_JSON_ENV}")
+    else:
+        cfg = SpecserveConfig.from_yaml(path or DEFAULT_CONFIG_PATH)
+    check_speculator_matches_target(cfg)
+    return cfg
+
+
+class BatchRun:
+    """Runs the rows of one input file into one output file."""
+
+    def __init__(self, args: argparse.Namespace, out: OutputFile, router: BatchRouter,
+                 handles: dict, stats: BatchStats):
+        self._args, self._out, self._router, self._handles = args, out, router, handles
+        self._stats = stats
+        self._failures_logged = 0
+
+    async def run(self, rows) -> None:
+        """All rows not yet in the output; returns when each has its line or gave up."""
+        slots = asyncio.Semaphore(self._args.max_in_flight)
+        tasks: set[asyncio.Task] = set()
+        background = [asyncio.create_task(self._router.run()),
+                      asyncio.create_task(self._progress())]
+        try:
+            await self._router.wait_for_stats(STATS_WAIT_S)
+            for row in rows:
+                if self._out.finished.has(row):
+                    self._stats.skipped += 1
+                elif isinstance(row, RowError):
+                    self._out.write(error_record(row))
+                    self._stats.observe_error()
+                else:
+                    await slots.acquire()
+                    task = asyncio.create_task(self._row(row))
+                    tasks.add(task)
+                    task.add_done_callback(lambda t: (tasks.discard(t), slots.release()))
+            if tasks:
+                await asyncio.wait(tasks)
+        finally:
+            for task in [*tasks, *background]:
+                task.cancel()
+            await asyncio.gather(*tasks, *background, return_exceptions=True)
+            log(progress_line(self._stats, self._router.in_flight()))
+
+    async def _row(self, row: BatchRow) -> None:
+        try:
+            await self._route_and_run(row)
+        except asyncio.CancelledError:
+            self._stats.unfinished += 1
+            raise
+        except Exception as e:  # a bug must not lose the row silently: it stays for a re-run
+            self._stats.unfinished += 1
+            self._log_failure(row, "-", f"{type(e).__name__}: {e}")
+
+    async def _route_and_run(self, row: BatchRow) -> None:
+        try:
+            features, decision = self._router.decide(row.body)
+        except RequestError as e:  # an invalid `route` field: 400, as online
+            self._answer(row, e.status, _error_body(e.status, e.message, e.param))
+            return
+        except ValueError as e:  # forces a pool the application does not run: 400, as online
+            self._answer(row, 400, _error_body(400, str(e), "route"))
+            return
+        route = decision.route
+        self._router.start(route)
+        try:
+            answer = await self._call(route, row)
+        finally:
+            self._router.finish(route)
+        if answer is None:
+            self._stats.unfinished += 1
+            return
+        status, body = answer
+        if route == "speculative" and status < 400:
+            self._router.learn(features, body)
+        self._answer(row, status, body, features, decision)
+
+    def _answer(self, row: BatchRow, status: int, body: dict,
+                features: RequestFeatures | None = None, decision: Decision | None = None) -> None:
+        routed = features is not None and decision is not None
+        headers = route_headers(features, decision) if routed else {}
+        self._out.write(response_record(row, status, body, headers))
+        self._stats.observe_response(status, body, decision.route if routed else None,
+                                     decision.reason if routed else None,
+                                     features.task if routed else None)
+
+    async def _call(self, route: str, row: BatchRow) -> tuple[int, dict] | None:
+        """(status, body) from the pool, retrying an unavailable pool; None: gave up."""
+        body = row.body
+        if row.endpoint is Endpoint.CHAT:
+            body = _sanitize_chat_completion_request(body)
+        for attempt in range(self._args.max_retries + 1):
+            if attempt:
+                await asyncio.sleep(RETRY_BACKOFF_S * 2 ** (attempt - 1))
+            try:
+                first = await asyncio.wait_for(self._first_chunk(route, row.endpoint, body),
+                                               self._args.request_timeout_s)
+            except Exception as e:  # replica died, backpressure, timeout: the pool, not the row
+                self._log_failure(row, route, f"attempt {attempt + 1}: {type(e).__name__}: {e}")
+                continue
+            if not isinstance(first, ErrorResponse):
+                return 200, first.model_dump()
+            if first.error.code < 500:
+                return first.error.code, {"error": first.error.model_dump()}
+            self._log_failure(row, route, f"attempt {attempt + 1}: {first.error.code} "
+                              f"{first.error.message}")
+        return None
+
+    def _log_failure(self, row: BatchRow, route: str, failure: str) -> None:
+        """Logs the first few failures in full; the summary counts the rows left unfinished."""
+        if self._failures_logged < _FAILURES_LOGGED:
+            self._failures_logged += 1
+            log(f"line {row.line} ({row.custom_id}) on {route}: {failure.splitlines()[0][:300]}")
+
+    async def _first_chunk(self, route: str, endpoint: Endpoint, body):
+        first = None
+        async for chunk in getattr(self._handles[route], endpoint.value).remote(body, None):
+            if first is None:
+                first = chunk[0] if isinstance(chunk, list) else chunk
+        return first
+
+    async def _progress(self) -> None:
+        while True:
+            await asyncio.sleep(self._args.progress_interval_s)
+            log(progress_line(self._stats, self._router.in_flight()))
+
+
+def _error_body(status: int, message: str, param: str | None) -> dict:
+    """OpenAI error JSON, as router/errors.py writes it online."""
+    return json.loads(error_response(status, message, param).body)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The driver; exit status 0 when every row has its line, 1 when some are left for a re-run."""
+    cfg = load_config(args.config)
+    output = Path(args.output)
+    if in_ray_job() and not output.is_absolute():
+        log(f"--output {args.output}: a relative path under `ray job submit` lands in the job's "
+            "temporary working dir and is lost; give an absolute path on the head")
+        return 2
+    if not Path(args.input).is_file():
+        log(f"--input {args.input}: no such file")
+        return 2
+    try:
+        out = OutputFile(output)
+    except OutputBusy as e:
+        log(str(e))
+        return 1
+    done = out.finished
+    log(f"input {Path(args.input).resolve()}, output {output.resolve()}: {done.rows} rows already "
+        "there" + (f", torn last line ({done.truncated_bytes} bytes) removed"
+                   if done.truncated_bytes else "")
+        + (f", {done.unreadable} unreadable lines ignored" if done.unreadable else ""))
+    stats = BatchStats(total=count_lines(args.input))
+    app, owned = None, False
+    try:
+        connect(args.address, cfg, args.wait_s, log)
+        app, handles, owned = open_app(cfg, args.app, args.wait_s, log)
+        driver_id = f"batch-{os.getpid()}-{int(time.time())}"
+        router = BatchRouter(cfg, sorted(handles), get_board(app), driver_id)
+        stats.started_s = time.monotonic()
+        batch = BatchRun(args, out, router, handles, stats)
+        _run_until_signal(batch.run(read_rows(args.input, cfg.model.served_model_name)))
+    except ClusterUnavailable as e:
+        log(str(e))
+        return 1
+    finally:
+        out.close()
+        if owned and not args.keep_app:
+            close_app(app, log)
+        if ray.is_initialized():
+            ray.shutdown()
+    summary = stats.to_dict()
+    print(summary_text(summary), flush=True)
+    if args.summary:
+        Path(args.summary).write_text(json.dumps(summary, indent=2) + "\n")
+    if stats.unfinished or stats.done < stats.total:
+        log(f"{stats.total - stats.done} rows have no line yet; re-run the same command to "
+            "finish them")
+        return 1
+    return 0
+
+
+def _run_until_signal(coro) -> None:
+    """Runs the batch; SIGTERM (`ray job stop`) stops it like Ctrl-C, rows written so far kept."""
+    async def main() -> None:
+        task = asyncio.current_task()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+        await coro
+
+    try:
+        asyncio.run(main())
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        log("interrupted: rows written so far are kept; re-run to finish")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="specserve batch", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(p)
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.submit:
+        return submit(args, sys.argv[1:] if argv is None else argv)
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""Route decisions for batch rows: the online policy (`router.policy.choose_route`) in
+throughput mode.
+
+The ingress asks, per request, which path serves *this request* faster: it passes each pool's step
+time at the batch the request would join, T(B + 1), and the policy computes
+S = E[τ] · T_v(B_v + 1) / T_s(B_s + 1). A batch job has no waiting user: it asks which path adds
+more *tokens per second to the whole job*. With R(n) = n / T(n / replicas) the sequence-steps per
+second of a pool holding n sequences, one more row adds ΔR = R(n + 1) − R(n) (0 once the pool
+holds max_num_seqs per replica: the row would queue), so the policy gets the marginal step time
+1 / ΔR in place of T(B + 1) and the same comparison reads S = E[τ] · ΔR_s / ΔR_v: a row goes
+speculative when it adds more tokens there. The batch pressure a job creates by design thus keeps
+the rows that gain most from speculation on that path while the speculative pool still adds
+throughput, and spills the others to the vanilla pool. ΔR comes from the measured step times
+(startup profile, then busy-window samples) smoothed into a concave throughput curve
+(`marginal_step_s`); when neither pool adds throughput it falls back to the online step times.
+
+Everything else is the online router's: request features and task classifier, acceptance learned
+from each speculative response, hysteresis, pins, requested routes. The driver reports its rows in
+flight to the StatsBoard as one more ingress, so the online router sees the job's pressure too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import math
+from typing import Mapping
+
+from cluster.config import Route, SpecserveConfig, TaskType, resolve_path
+from router.estimator import RouteEstimator
+from router.features import load_tokenizer, request_features
+from router.policy import Decision, PoolLoad, RequestFeatures, choose_route
+from router.pressure import PressureTracker
+
+
+def marginal_step_s(points: Mapping[float, float], in_flight: int, replicas: int,
+                    max_num_seqs: int) -> float | None:
+    """1 / ΔR: seconds per sequence-step that one more sequence adds to a pool's throughput.
+
+    R(n) is known at the profiled batches only, and noisily (a busy machine makes some steps slow
+    at random); a difference of two noisy rates could swing the decision either way. So ΔR is the
+    slope of the least concave majorant of the known points (0, 0), (n_i, R(n_i)): throughput
+    with diminishing returns, never a negative or exploding gain inside the measured range. Beyond
+    the largest known batch the last slope continues.
+
+    Args:
+        points: {per-replica running batch: seconds per engine step} known for the pool
+            (router.cost.StepTimeModel.points()).
+        in_flight: sequences the pool holds now (running or queued).
+        replicas: live replicas.
+        max_num_seqs: running-batch cap per replica (a sequence beyond it queues: no gain).
+
+    Returns:
+        None before any step time is known; `math.inf` when one more adds nothing.
+    """
+    replicas = max(replicas, 1)
+    curve = [(0.0, 0.0)] + [(b * replicas, b * replicas / step_s)
+                            for b, step_s in sorted(points.items()) if b <= max_num_seqs]
+    if len(curve) == 1:
+        return None
+    if in_flight + 1 > max_num_seqs * replicas:
+        return math.inf
+    hull: list[tuple[float, float]] = []
+    for p in curve:  # upper hull, points sorted by batch
+        while len(hull) >= 2 and _cross(hull[-2], hull[-1], p) >= 0:
+            hull.pop()
+        hull.append(p)
+    segments = list(zip(hull, hull[1:]))
+    (x0, y0), (x1, y1) = next((seg for seg in segments if in_flight < seg[1][0]), segments[-1])
+    gain = (y1 - y0) / (x1 - x0)
+    return 1.0 / gain if gain > 0 else math.inf
+
+
+def _cross(o: tuple[float, float], a: tuple[float, float], b: tuple[float, float]) -> float:
+    """> 0 when `a` lies below the line from `o` to `b`."""
+    return (a[0] - o[0]) * (b[1] - o[1]) - (a[1] - o[1]) * (b[0] - o[0])
+
+
+class BatchRouter:
+    """Chooses the pool of each batch row and learns from the answers.
+
+    Args:
+        cfg: the application's config.
+        pools: the pools the application runs.
+        board: its StatsBoard actor (None: local counts only, no step times).
+        driver_id: this driver's id on the board.
+    """
+
+    def __init__(self, cfg: SpecserveConfig, pools: list[Route], board, driver_id: str):
+        self._cfg = cfg
+        self._pools = pools
+        self._pressure = PressureTracker(board, driver_id,
+                                         {p: getattr(cfg, p).num_replicas for p in pools})
+        self.estimator = RouteEstimator(cfg.speculative.speculator.num_speculative_tokens)
+        self._tokenizer = load_tokenizer(resolve_path(cfg.model.path))
+        self._speculator_context = (cfg.speculative.speculator.context_len()
+                                    if "speculative" in pools else None)
+        self._last_auto_route: dict[TaskType, Route] = {}
+        self._snapshot_seen = asyncio.Event()
+
+    async def run(self) -> None:
+        """Reports this driver's rows in flight and pulls pool stats, until cancelled."""
+        await self._pressure.run(on_snapshot=self._on_snapshot)
+
+    def _on_snapshot(self, pools) -> None:
+        self.estimator.update_pools(pools)
+        self._snapshot_seen.set()
+
+    async def wait_for_stats(self, timeout_s: float) -> None:
+        """Returns once the first StatsBoard snapshot (the pools' step-time profiles) is in, or
+        after `timeout_s`: rows routed before it would see no step times."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._snapshot_seen.wait(), timeout_s)
+
+    def loads(self) -> dict[Route, PoolLoad]:
+        """Each pool's load with its marginal step time (throughput mode)."""
+        loads = self._pressure.loads()
+        marginal = {}
+        for pool, load in loads.items():
+            model = self.estimator.step_times.get(pool)
+            marginal[pool] = marginal_step_s(model.points() if model else {}, load.in_flight,
+                                             load.replicas, getattr(self._cfg, pool).max_num_seqs)
+        if all(m == math.inf for m in marginal.values()):  # both saturated: online step times
+            marginal = {pool: self.estimator.step_time(pool, (load.in_flight + 1) /
+                                                       max(load.replicas, 1))
+                        for pool, load in loads.items()}
+        return {pool: PoolLoad(load.replicas, load.in_flight, marginal[pool])
+                for pool, load in loads.items()}
+
+    def decide(self, body) -> tuple[RequestFeatures, Decision]:
+        """Features and route of one row's request (pops its `route` field).
+
+        Raises:
+            RequestError: the `route` field is invalid.
+            ValueError: the row forces a pool the application does not run.
+        """
+        features = request_features(body, self._tokenizer, self._speculator_context)
+        features = dataclasses.replace(features, expected_tokens=self.estimator.expected_tokens(
+            features.task, features.temperature))
+        decision = choose_route(features, self.loads(), self._cfg.router,
+                                self._last_auto_route.get(features.task))
+        if decision.speedup is not None:
+            self._last_auto_route[features.task] = decision.route
+        return features, decision
+
+    def start(self, route: Route) -> None:
+        self._pressure.start(route)
+
+    def finish(self, route: Route) -> None:
+        self._pressure.finish(route)
+
+    def in_flight(self) -> dict[Route, int]:
+        """This driver's rows in flight per pool."""
+        return {pool: self._pressure.local_in_flight(pool) for pool in self._pools}
+
+    def learn(self, features: RequestFeatures, body: dict) -> None:
+        """Folds a speculative response's acceptance histogram into the estimates."""
+        spec = (body.get("metrics") or {}).get("speculative_decoding")
+        if spec and spec.get("acceptance_histogram"):
+            self.estimator.acceptance.observe(features.task, features.temperature,
+                                              spec["acceptance_histogram"])
+
+
+def route_headers(features: RequestFeatures, decision: Decision) -> dict[str, str]:
+    """The headers the online endpoint would send for this decision."""
+    headers = {"x-specserve-route": decision.route, "x-specserve-reason": decision.reason,
+               "x-specserve-task": features.task}
+    if decision.speedup is not None:
+        headers["x-specserve-speedup"] = f"{decision.speedup:.2f}"
+    return headers

@@ -1,0 +1,266 @@
+"""End to end: `specserve batch` under a real `ray job submit` to a local `ray start --head`.
+
+One head and one application for the module: the first job deploys the application itself
+(`specserve-batch`, kept with --keep-app) and every later job and the online comparison use it.
+The head is torn down at the end of the module, before tests/test_serving.py starts its own
+application (two engine sets at once would not fit this machine's 2 cores).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from batch_head import VENV_BIN, RayHead
+from cluster.config import MODELS_DIR_ENV, models_dir
+
+pytestmark = pytest.mark.serve
+
+REPO = Path(__file__).resolve().parent.parent
+PORT = int(os.environ.get("SPECSERVE_BATCH_TEST_PORT", "8200"))
+MODEL = "specserve-tiny"
+CODE = ["def fibonacci(n):\n    ", "import os\nimport sys\n\n\ndef main(argv):\n",
+        "class Stack:\n    def __init__(self):\n", "def parse(line: str) -> dict:\n    "]
+PROSE = ["The history of the city begins", "Q: What is 12 * 7? A:"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def request(custom_id: str, url: str = "/v1/completions", **body) -> dict:
+    return {"custom_id": custom_id, "method": "POST", "url": url,
+            "body": {"model": MODEL, "temperature": 0, "max_tokens": 24, **body}}
+
+
+def chat(custom_id: str, text: str, **body) -> dict:
+    return request(custom_id, "/v1/chat/completions",
+                   messages=[{"role": "user", "content": text}], **body)
+
+
+def read_output(path: Path) -> list[dict]:
+    text = path.read_text()
+    assert text.endswith("\n"), "torn last line"
+    return [json.loads(t) for t in text.splitlines()]
+
+
+@pytest.fixture(scope="module")
+def models(request) -> str:
+    """The model lab's folder: used as built (a smoke lab too); built by conftest's `lab` if
+    absent."""
+    if (models_dir() / "manifest.json").is_file():
+        return str(models_dir())
+    return request.getfixturevalue("lab")
+
+
+@pytest.fixture(scope="module")
+def head(models):
+    temp_dir = tempfile.mkdtemp(prefix="ssb-", dir="/tmp")  # short: Ray puts sockets in it
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env |= {"PATH": f"{VENV_BIN}:{env.get('PATH', '')}", MODELS_DIR_ENV: models,
+            # a Ray 2.60 head enables token auth when ~/.ray/auth_token exists; the job CLI
+            # needs the mode said explicitly
+            "RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"}
+    h = RayHead(temp_dir, free_port(), free_port(), num_cpus=4, env=env)
+    h.start()
+    yield h
+    h.stop()
+    shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def config_path(tmp_path_factory) -> Path:
+    data = yaml.safe_load((REPO / "cluster/default.yaml").read_text())
+    for pool in ("vanilla", "speculative"):
+        data[pool] |= {"enforce_eager": True, "profile_max_batch": 8}  # start in seconds
+    data["server"]["port"] = PORT
+    path = tmp_path_factory.mktemp("batch") / "config.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def batch_cmd(config_path: Path, inp: Path, out: Path, *flags: str) -> list[str]:
+    return ["python", "-m", "cluster.cli", "batch", "--config", str(config_path), "--input",
+            str(inp), "--output", str(out), "--progress-interval-s", "5", *flags]
+
+
+def submit_job(head: RayHead, cmd: list[str], *submit_flags: str,
+               timeout_s: float = 600) -> subprocess.CompletedProcess:
+    """`ray job submit --working-dir <repo> -- <cmd>`, as a user types it."""
+    return subprocess.run([str(VENV_BIN / "ray"), "job", "submit", "--address",
+                           head.dashboard_url, "--working-dir", str(REPO), *submit_flags, "--",
+                           *cmd], env=head.env, capture_output=True, text=True, timeout=timeout_s)
+
+
+# The mixed file of the first job: (line content, what it is). Line numbers are 1-based.
+MALFORMED = {"{not json": "invalid_json", "[1, 2]": "invalid_json",
+             json.dumps({"url": "/v1/completions", "body": {}}): "invalid_custom_id",
+             json.dumps({**request("m-get"), "method": "GET"}): "invalid_method",
+             json.dumps({**request("m-url"), "url": "/v1/embeddings"}): "invalid_url",
+             json.dumps(request("m-body", max_tokens="many")): "invalid_body",
+             json.dumps(request("m-model", prompt="x", model="gpt-4")): "model_not_found",
+             json.dumps(request("m-stream", stream=True)): "invalid_body",
+             json.dumps(request("code-0", prompt="a repeat")): "duplicate_custom_id"}
+
+
+def mixed_rows() -> list[dict]:
+    rows = [request(f"code-{i}", prompt=p) for i, p in enumerate(CODE)]
+    rows += [request(f"prose-{i}", prompt=p) for i, p in enumerate(PROSE)]
+    rows += [chat("chat-0", "Write a Python function that adds two numbers."),
+             chat("chat-1", "Hi! How are you today?")]
+    rows += [request(f"pin-{r}-{i}", prompt=CODE[i], route=r) for r in ("speculative", "vanilla")
+             for i in range(2)]
+    rows += [request("hot", prompt=PROSE[0], temperature=1.2, seed=7),
+             request("too-long", prompt=CODE[0], max_tokens=5000),  # the engine refuses: 400
+             request("bad-route", prompt=CODE[0], route="sideways")]  # the router refuses: 400
+    return rows
+
+
+@pytest.fixture(scope="module")
+def first_run(head, config_path, tmp_path_factory) -> dict:
+    """The first job: deploys `specserve-batch` and keeps it for the rest of the module."""
+    d = tmp_path_factory.mktemp("first")
+    lines = [json.dumps(r) for r in mixed_rows()]
+    for i, text in enumerate(MALFORMED):  # spread the bad lines among the good ones
+        lines.insert(2 * i + 1, text)
+    lines.insert(5, "")  # blank lines are skipped
+    inp, out, summary = d / "in.jsonl", d / "out.jsonl", d / "summary.json"
+    inp.write_text("\n".join(lines) + "\n")
+    proc = submit_job(head, batch_cmd(config_path, inp, out, "--keep-app", "--summary",
+                                      str(summary)))
+    bad_lines = {n: MALFORMED[t] for n, t in enumerate(lines, 1) if t in MALFORMED}
+    return {"input": inp, "output": out, "summary": summary, "proc": proc, "lines": lines,
+            "bad_lines": bad_lines}
+
+
+def test_job_deploys_the_app_and_answers_every_row(first_run):
+    proc = first_run["proc"]
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "deploying 'specserve-batch'" in proc.stdout and "summary: " in proc.stdout
+    summary = json.loads(first_run["summary"].read_text())
+    valid = len(mixed_rows())
+    assert summary["rows"] == {"total": valid + len(MALFORMED), "ok": valid - 2,
+                               "failed": 2 + len(MALFORMED), "skipped": 0, "unfinished": 0}
+    assert sum(summary["routes"].values()) == valid - 1  # bad-route never reached a pool
+    assert summary["reasons"]["requested"] == 4 and summary["reasons"]["high_temperature"] == 1
+    assert summary["tokens"]["completion"] > 0
+
+
+def test_malformed_lines_become_error_rows_naming_the_line(first_run):
+    records = read_output(first_run["output"])
+    errors = {r["error"]["line"]: r for r in records if r["error"]}
+    assert {n: r["error"]["code"] for n, r in errors.items()} == first_run["bad_lines"]
+    for n, r in errors.items():
+        assert r["error"]["message"].startswith(f"line {n}: ") and r["response"] is None
+    dup = next(r for r in errors.values() if r["error"]["code"] == "duplicate_custom_id")
+    assert dup["custom_id"] == "code-0" and "repeats line" in dup["error"]["message"]
+    by_id = {r["custom_id"]: r for r in records if r["response"]}
+    assert by_id["code-0"]["response"]["status_code"] == 200  # the first occurrence ran
+    refused = {cid: by_id[cid]["response"] for cid in ("too-long", "bad-route")}
+    assert all(r["status_code"] == 400 and r["body"]["error"]["code"] == 400
+               for r in refused.values())
+    assert refused["bad-route"]["body"]["error"]["param"] == "route"
+
+
+def test_every_valid_row_once_and_equal_to_the_online_greedy_output(first_run):
+    records = read_output(first_run["output"])
+    answered = Counter(r["custom_id"] for r in records if r["response"])
+    assert answered == Counter(r["custom_id"] for r in mixed_rows())
+    rows = {r["custom_id"]: r for r in mixed_rows()}
+    with httpx.Client(base_url=f"http://127.0.0.1:{PORT}", timeout=120) as client:
+        for r in records:
+            response, row = r["response"], rows.get(r["custom_id"])
+            if not response or response["status_code"] != 200 or row["body"]["temperature"]:
+                continue
+            online = client.post(row["url"], json=row["body"])
+            assert online.status_code == 200, online.text
+            assert text_of(online.json()) == text_of(response["body"]), r["custom_id"]
+            if "route" in row["body"]:
+                assert response["headers"]["x-specserve-route"] == \
+                    online.headers["x-specserve-route"] == row["body"]["route"]
+            assert response["headers"]["x-specserve-route"] in ("speculative", "vanilla")
+
+
+def text_of(body: dict) -> str:
+    choice = body["choices"][0]
+    return choice["text"] if "text" in choice else choice["message"]["content"]
+
+
+def test_rerun_directly_skips_completed_rows(first_run, head, config_path, tmp_path):
+    """The same command without `ray job submit`: a driver on this machine, same cluster."""
+    before = first_run["output"].read_bytes()
+    summary = tmp_path / "summary.json"
+    proc = subprocess.run(
+        [sys.executable, *batch_cmd(config_path, first_run["input"], first_run["output"],
+                                    "--address", head.address, "--summary", str(summary),
+                                    "--keep-app")[1:]],
+        cwd=REPO, env=head.env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "using the running application 'specserve-batch'" in proc.stdout
+    assert first_run["output"].read_bytes() == before
+    rows = json.loads(summary.read_text())["rows"]
+    assert rows["skipped"] == rows["total"] and rows["ok"] == rows["failed"] == 0
+
+
+def driver_pid(output: Path) -> int | None:
+    """The python process of the batch driver writing `output` (not its /bin/sh parent)."""
+    for entry in os.listdir("/proc"):
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if Path(argv[0].decode()).name.startswith("python") and b"cluster.cli" in argv and \
+                str(output).encode() in argv:
+            return int(entry)
+    return None
+
+
+def test_kill9_half_way_then_resubmit_yields_every_row_once(first_run, head, config_path,
+                                                            tmp_path):
+    n_rows = 120
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    inp.write_text("".join(json.dumps(request(f"k-{i}", prompt=f"{CODE[i % 4]}{i}",
+                                              max_tokens=48)) + "\n" for i in range(n_rows)))
+    cmd = batch_cmd(config_path, inp, out, "--max-in-flight", "8")
+    proc = submit_job(head, cmd, "--no-wait")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if out.is_file() and out.read_text().count("\n") >= 15:
+            break
+        time.sleep(0.2)
+    pid = driver_pid(out)
+    assert pid is not None, "driver not found"
+    os.kill(pid, signal.SIGKILL)
+    while Path(f"/proc/{pid}").exists():
+        time.sleep(0.1)
+    written = out.read_text().count("\n")
+    assert 15 <= written < n_rows
+    with out.open("a") as f:  # and a torn write, as if it died inside one
+        f.write('{"id": "batch_req_999", "custom_id": "k-999", "respo')
+    # re-submit through the waiting submitter (`specserve batch --submit`)
+    proc = subprocess.run([sys.executable, *cmd[1:], "--submit", head.dashboard_url],
+                          cwd=REPO, env=head.env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert f"{written} rows already there, torn last line" in proc.stdout
+    # it found the application the first job left and, owning it by its name, deleted it
+    assert "using the running application 'specserve-batch'" in proc.stdout
+    assert "deleting application 'specserve-batch'" in proc.stdout
+    records = read_output(out)
+    assert Counter(r["custom_id"] for r in records) == {f"k-{i}": 1 for i in range(n_rows)}
+    assert all(r["response"]["status_code"] == 200 for r in records)
