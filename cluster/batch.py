@@ -30,7 +30,8 @@ from ray.llm._internal.serve.core.ingress.utils import _sanitize_chat_completion
 
 from cluster.batch_app import ClusterUnavailable, close_app, connect, in_ray_job, open_app
 from cluster.batch_output import OutputBusy, OutputFile, error_record, response_record
-from cluster.batch_router import BatchRouter, route_headers
+from cluster.batch_router import BatchRouter
+from router.decider import route_headers
 from cluster.batch_rows import BatchRow, Endpoint, RowError, count_lines, read_rows
 from cluster.batch_submit import submit
 from cluster.batch_summary import BatchStats, progress_line, summary_text

@@ -23,14 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import math
 from typing import Mapping
 
-from cluster.config import Route, SpecserveConfig, TaskType, resolve_path
-from router.estimator import RouteEstimator
-from router.features import load_tokenizer, request_features
-from router.policy import Decision, PoolLoad, RequestFeatures, choose_route
+from cluster.config import Route, SpecserveConfig
+from router.decider import RouteDecider
+from router.policy import Decision, PoolLoad, RequestFeatures
 from router.pressure import PressureTracker
 
 
@@ -92,11 +90,8 @@ class BatchRouter:
         self._pools = pools
         self._pressure = PressureTracker(board, driver_id,
                                          {p: getattr(cfg, p).num_replicas for p in pools})
-        self.estimator = RouteEstimator(cfg.speculative.speculator.num_speculative_tokens)
-        self._tokenizer = load_tokenizer(resolve_path(cfg.model.path))
-        self._speculator_context = (cfg.speculative.speculator.context_len()
-                                    if "speculative" in pools else None)
-        self._last_auto_route: dict[TaskType, Route] = {}
+        self._decider = RouteDecider(cfg, pools)
+        self.estimator = self._decider.estimator
         self._snapshot_seen = asyncio.Event()
 
     async def run(self) -> None:
@@ -135,14 +130,7 @@ class BatchRouter:
             RequestError: the `route` field is invalid.
             ValueError: the row forces a pool the application does not run.
         """
-        features = request_features(body, self._tokenizer, self._speculator_context)
-        features = dataclasses.replace(features, expected_tokens=self.estimator.expected_tokens(
-            features.task, features.temperature))
-        decision = choose_route(features, self.loads(), self._cfg.router,
-                                self._last_auto_route.get(features.task))
-        if decision.speedup is not None:
-            self._last_auto_route[features.task] = decision.route
-        return features, decision
+        return self._decider.decide(body, self.loads())
 
     def start(self, route: Route) -> None:
         self._pressure.start(route)
@@ -156,16 +144,4 @@ class BatchRouter:
 
     def learn(self, features: RequestFeatures, body: dict) -> None:
         """Folds a speculative response's acceptance histogram into the estimates."""
-        spec = (body.get("metrics") or {}).get("speculative_decoding")
-        if spec and spec.get("acceptance_histogram"):
-            self.estimator.acceptance.observe(features.task, features.temperature,
-                                              spec["acceptance_histogram"])
-
-
-def route_headers(features: RequestFeatures, decision: Decision) -> dict[str, str]:
-    """The headers the online endpoint would send for this decision."""
-    headers = {"x-specserve-route": decision.route, "x-specserve-reason": decision.reason,
-               "x-specserve-task": features.task}
-    if decision.speedup is not None:
-        headers["x-specserve-speedup"] = f"{decision.speedup:.2f}"
-    return headers
+        self._decider.learn(features, body)

@@ -119,6 +119,8 @@ class StatsBoard:
     def __init__(self) -> None:
         self._engines: dict[str, tuple[str, float, EngineStats]] = {}  # id -> (pool, t, stats)
         self._in_flight: dict[str, tuple[float, dict[str, int]]] = {}  # ingress id -> (t, per pool)
+        self._acceptance: dict[str, tuple[float, dict]] = {}  # ingress id -> (t, its counts)
+        self._pin: str | None = None  # runtime policy pin (PUT /admin/policy); None: config's
 
     def report_engine(self, replica_id: str, pool: str, stats: EngineStats) -> None:
         self._engines[replica_id] = (pool, time.monotonic(), stats)
@@ -151,6 +153,39 @@ class StatsBoard:
                 for pool, n in counts.items():
                     pools.setdefault(pool, PoolStats()).in_flight += n
         return pools
+
+
+    def report_acceptance(self, ingress_id: str, counts: dict) -> None:
+        """An ingress replica's own decayed acceptance counts (`AcceptanceEstimator.local_counts`)."""
+        self._acceptance[ingress_id] = (time.monotonic(), counts)
+
+    def set_pin(self, pin: str | None) -> None:
+        """Pins every ingress replica's `auto` requests to a path ("auto" too); None: the config's."""
+        self._pin = pin
+
+    def router_state(self, exclude_ingress: str = "") -> RouterState:
+        """The runtime pin and the other ingress replicas' acceptance counts."""
+        now = time.monotonic()
+        published = []
+        for iid, (t, counts) in list(self._acceptance.items()):
+            if now - t > STALE_AFTER_S:
+                del self._acceptance[iid]
+            elif iid != exclude_ingress:
+                published.append(counts)
+        return RouterState(self._pin, published)
+
+
+@dataclass(slots=True)
+class RouterState:
+    """What ingress replicas share besides pool stats.
+
+    Attributes:
+        pin: the runtime pin ("auto", "speculative", "vanilla"); None: use the config's `router.pin`.
+        acceptance: each other ingress replica's `AcceptanceEstimator.local_counts()`.
+    """
+
+    pin: str | None = None
+    acceptance: list[dict] = field(default_factory=list)
 
 
 def get_board(app_name: str) -> ray.actor.ActorHandle:

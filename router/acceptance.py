@@ -8,6 +8,10 @@ counts, and `alphas` returns the posterior mean of a Beta prior per position:
 
 with s = `prior_steps` pseudo-steps. Decay: before each observation every count is multiplied by
 0.5^(steps / half_life_steps), so the estimate follows drift (a new prompt mix, a new speculator).
+
+Several ingress replicas each observe only the responses they relay: each publishes its own decayed
+counts (`local_counts`) through the StatsBoard and adds the others' (`set_remote`), so every replica
+estimates from all of the application's speculative responses, at most ~1 s late.
 """
 
 from __future__ import annotations
@@ -58,6 +62,8 @@ class AcceptanceEstimator:
     prior_steps: float = 20.0
     half_life_steps: float = 5000.0
     _counts: dict[tuple[str, str], _Counts] = field(default_factory=dict)
+    # Other ingress replicas' decayed counts, summed: key -> (accepted_i, reached_i, steps).
+    _remote: dict[tuple[str, str], _Counts] = field(default_factory=dict)
 
     def observe(self, task: TaskType, temperature: float, histogram: Sequence[int]) -> None:
         """Adds one request's acceptance histogram (`histogram[j]`: steps accepting j drafts)."""
@@ -79,7 +85,7 @@ class AcceptanceEstimator:
     def alphas(self, task: TaskType, temperature: float) -> list[float]:
         """Posterior mean α_1..α_γ for the task and temperature."""
         prior = self.priors[task]
-        c = self._counts.get((task, temperature_bucket(temperature)))
+        c = self._merged((task, temperature_bucket(temperature)))
         if c is None:
             return [prior] * self.num_speculative_tokens
         s = self.prior_steps
@@ -87,12 +93,41 @@ class AcceptanceEstimator:
 
     def observed_steps(self, task: TaskType, temperature: float) -> float:
         """Decayed verification steps behind the estimate (0 = prior only)."""
-        c = self._counts.get((task, temperature_bucket(temperature)))
+        c = self._merged((task, temperature_bucket(temperature)))
         return c.steps if c else 0.0
 
     def table(self) -> dict[tuple[str, str], list[float]]:
         """Every observed key's α_i (for metrics)."""
-        return {key: self.alphas(key[0], _bucket_temperature(key[1])) for key in self._counts}
+        return {key: self.alphas(key[0], _bucket_temperature(key[1]))
+                for key in self._counts.keys() | self._remote.keys()}
+
+    def local_counts(self) -> dict[str, tuple[list[float], list[float], float]]:
+        """This replica's own decayed counts, keyed "task|bucket" (what it publishes)."""
+        return {f"{task}|{bucket}": (list(c.accepted), list(c.reached), c.steps)
+                for (task, bucket), c in self._counts.items()}
+
+    def set_remote(self, published: list[dict[str, tuple[list[float], list[float], float]]]) -> None:
+        """Replaces the other replicas' counts with their latest `local_counts()`, summed."""
+        remote: dict[tuple[str, str], _Counts] = {}
+        k = self.num_speculative_tokens
+        for counts in published:
+            for name, (accepted, reached, steps) in counts.items():
+                if len(accepted) != k or len(reached) != k:
+                    continue  # published under another num_speculative_tokens
+                task, bucket = name.split("|", 1)
+                c = remote.setdefault((task, bucket), _Counts([0.0] * k, [0.0] * k))
+                c.accepted = [x + y for x, y in zip(c.accepted, accepted)]
+                c.reached = [x + y for x, y in zip(c.reached, reached)]
+                c.steps += steps
+        self._remote = remote
+
+    def _merged(self, key: tuple[str, str]) -> _Counts | None:
+        local, remote = self._counts.get(key), self._remote.get(key)
+        if local is None or remote is None:
+            return local or remote
+        return _Counts([a + b for a, b in zip(local.accepted, remote.accepted)],
+                       [a + b for a, b in zip(local.reached, remote.reached)],
+                       local.steps + remote.steps)
 
 
 def _bucket_temperature(bucket: str) -> float:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import dataclasses
 import json
 import logging
 
@@ -25,13 +24,12 @@ from ray.serve.llm.ingress import OpenAiIngress
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from vllm.entrypoints.generate.base.protocol import StreamOptions
 
-from cluster.config import Route, SpecserveConfig, resolve_path
+from cluster.config import Route, SpecserveConfig
 from deployments.stats import get_board
-from router.estimator import RouteEstimator
-from router.features import load_tokenizer, request_features
+from router.decider import RouteDecider, route_headers
 from router.errors import RequestError, error_response, install_error_handlers
 from router.metrics import CONTENT_TYPE, RouterMetrics
-from router.policy import PoolLoad, RequestFeatures, choose_route
+from router.policy import PoolLoad, RequestFeatures
 from router.pressure import PressureTracker
 
 logger = logging.getLogger("specserve.router")
@@ -75,15 +73,16 @@ class SpecserveIngress(OpenAiIngress):
         self._handles = {pool: h.options(stream=True) for pool, h in pools.items()}
         replicas = {pool: getattr(self._cfg, pool).num_replicas for pool in pools}
         ctx = serve.get_replica_context()
-        self._pressure = PressureTracker(get_board(ctx.app_name), ctx.replica_id.unique_id, replicas)
-        self._tokenizer = load_tokenizer(resolve_path(self._cfg.model.path))
-        self._speculator_context = (self._cfg.speculative.speculator.context_len()
-                                    if "speculative" in pools else None)
-        self._estimator = RouteEstimator(self._cfg.speculative.speculator.num_speculative_tokens)
-        self._last_auto_route: dict[str, Route] = {}  # per task type, for hysteresis
+        self._board = get_board(ctx.app_name)
+        self._replica_id = ctx.replica_id.unique_id
+        self._pressure = PressureTracker(self._board, self._replica_id, replicas)
+        self._decider = RouteDecider(self._cfg, pools)
+        self._estimator = self._decider.estimator
         self._metrics = RouterMetrics(self._pressure.pool_stats, self._estimator)
-        self._pressure_task = asyncio.get_event_loop().create_task(
-            self._pressure.run(on_snapshot=self._estimator.update_pools))
+        loop = asyncio.get_event_loop()
+        self._background = [
+            loop.create_task(self._pressure.run(on_snapshot=self._estimator.update_pools)),
+            loop.create_task(self._decider.share_forever(self._board, self._replica_id))]
 
     def _get_configured_serve_handle(self, model_id: str) -> DeploymentHandle:
         return self._handles[_ROUTE.get()]
@@ -100,18 +99,12 @@ class SpecserveIngress(OpenAiIngress):
     async def _process_llm_request(self, body, call_method: str,
                                    raw_request: Request | None = None) -> Response:
         await self._get_model_id(body.model)  # 404 before any decision is counted
-        features = request_features(body, self._tokenizer, self._speculator_context)
-        features = dataclasses.replace(features, expected_tokens=self._estimator.expected_tokens(
-            features.task, features.temperature))
         loads = self._loads()
         try:
-            decision = choose_route(features, loads, self._cfg.router,
-                                    self._last_auto_route.get(features.task))
+            features, decision = self._decider.decide(body, loads)
         except ValueError as e:
             raise RequestError(400, str(e), "route") from None
         route = decision.route
-        if decision.speedup is not None:
-            self._last_auto_route[features.task] = route
         self._metrics.observe_decision(route, decision.reason, features.task, decision.speedup)
         logger.info(json.dumps({
             "event": "route", "request_id": raw_request.headers.get("x-request-id")
@@ -120,10 +113,7 @@ class SpecserveIngress(OpenAiIngress):
             "expected_tokens": round(features.expected_tokens, 3),
             "speedup": None if decision.speedup is None else round(decision.speedup, 3),
             "in_flight": {p: load.in_flight for p, load in loads.items()}}))
-        headers = {"x-specserve-route": route, "x-specserve-reason": decision.reason,
-                   "x-specserve-task": features.task}
-        if decision.speedup is not None:
-            headers["x-specserve-speedup"] = f"{decision.speedup:.2f}"
+        headers = route_headers(features, decision)
         strip_usage = False
         if route == "speculative" and body.stream and not (
                 body.stream_options and body.stream_options.include_usage):
@@ -151,11 +141,7 @@ class SpecserveIngress(OpenAiIngress):
         return response
 
     def _learn(self, payload: dict, features: RequestFeatures) -> None:
-        """Folds a response's per-request acceptance histogram into the estimates."""
-        spec = (payload.get("metrics") or {}).get("speculative_decoding")
-        if spec and spec.get("acceptance_histogram"):
-            self._estimator.acceptance.observe(features.task, features.temperature,
-                                               spec["acceptance_histogram"])
+        self._decider.learn(features, payload)
 
     async def _relay(self, packets, route: Route, features: RequestFeatures, strip_usage: bool):
         """Streams SSE packets through; learns from (and maybe drops) the usage event."""
@@ -180,6 +166,30 @@ class SpecserveIngress(OpenAiIngress):
         """Prometheus text: decisions, pool pressure and spec-decode counters."""
         return Response(self._metrics.render(), media_type=CONTENT_TYPE)
 
+    async def get_policy(self) -> dict:
+        """The pin in force and where it comes from (runtime or config)."""
+        return {"pin": self._decider.pin,
+                "source": self._decider.pin_source,
+                "config_pin": self._cfg.router.pin}
+
+    async def put_policy(self, request: Request) -> Response:
+        """Sets the runtime pin for every ingress replica: body `{"pin": "auto" | "speculative" |
+        "vanilla" | null}` (null returns to the config's `router.pin`). Reaches the other replicas
+        within ~1 s; lost when the application restarts. 400 on a bad body."""
+        try:
+            body = await request.json()
+        except ValueError:
+            return error_response(400, "body: not valid JSON", param="pin")
+        if not isinstance(body, dict) or set(body) != {"pin"}:
+            return error_response(400, 'body: expected exactly {"pin": ...}', param="pin")
+        try:
+            self._decider.set_pin(body["pin"])
+        except ValueError as e:
+            return error_response(400, str(e), param="pin")
+        await self._board.set_pin.remote(body["pin"])
+        logger.info(json.dumps({"event": "pin", "pin": body["pin"]}))
+        return JSONResponse(await self.get_policy())
+
     async def health(self) -> dict:
         """200 while the ingress runs; lists each pool's live replicas and in-flight requests."""
         return {"status": "ok", "pools": {p: {"replicas": load.replicas, "in_flight": load.in_flight}
@@ -193,4 +203,6 @@ ENDPOINTS = {
     "chat": lambda app: app.post("/v1/chat/completions"),
     "metrics": lambda app: app.get("/metrics"),
     "health": lambda app: app.get("/health"),
+    "get_policy": lambda app: app.get("/admin/policy"),
+    "put_policy": lambda app: app.put("/admin/policy"),
 }

@@ -66,3 +66,29 @@ def test_burst_shifts_to_vanilla_and_back(server, client):
     # so not equal to the value before) and the route follows S again.
     if abs(s_after - 1.1) > 0.01:  # the header rounds S to 2 decimals
         assert (route_after == "speculative") == (s_after > 1.1)
+
+
+def test_admin_pin_at_runtime(client):
+    assert client.get("/admin/policy").json() == {"pin": "auto", "source": "config",
+                                                  "config_pin": "auto"}
+    try:
+        r = client.put("/admin/policy", json={"pin": "vanilla"})
+        assert r.status_code == 200 and r.json()["source"] == "runtime"
+        r = _complete(client)
+        assert (r.headers["x-specserve-route"], r.headers["x-specserve-reason"]) == (
+            "vanilla", "pinned")
+        for bad in ({"pin": "fastest"}, {"pinned": "vanilla"}, ["vanilla"]):
+            r = client.put("/admin/policy", json=bad)
+            assert r.status_code == 400 and r.json()["error"]["param"] == "pin", bad
+        assert client.get("/admin/policy").json()["pin"] == "vanilla"  # bad input changed nothing
+    finally:
+        r = client.put("/admin/policy", json={"pin": None})
+    assert r.json() == {"pin": "auto", "source": "config", "config_pin": "auto"}
+    assert _complete(client).headers["x-specserve-reason"] != "pinned"
+
+
+def _complete(client) -> httpx.Response:
+    r = client.post("/v1/completions", json={"model": MODEL, "prompt": CODE[0], "max_tokens": 4,
+                                              "temperature": 0})
+    assert r.status_code == 200, r.text
+    return r

@@ -1,0 +1,121 @@
+"""The route decision with its online state, shared by the HTTP ingress and the batch driver.
+
+`RouteDecider` turns a request body plus each pool's load into a `Decision` (the pure
+`router.policy.choose_route` does the deciding) and keeps what the decision learns from: per-task
+hysteresis memory, acceptance estimates folded from speculative responses, and the runtime pin
+(`PUT /admin/policy`). Ingress replicas share the pin and their acceptance counts through the
+application's StatsBoard (`share_forever`), so one admin call or one replica's observations reach
+every replica within ~1 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from typing import Iterable, get_args
+
+from cluster.config import Route, SpecserveConfig, TaskType, resolve_path
+from deployments.stats import PUSH_PERIOD_S
+from router.estimator import RouteEstimator
+from router.features import load_tokenizer, request_features
+from router.policy import Decision, PoolLoad, RequestedRoute, RequestFeatures, choose_route
+
+logger = logging.getLogger("specserve.router")
+PINS = get_args(RequestedRoute)  # "auto", "speculative", "vanilla"
+
+
+class RouteDecider:
+    """Per-request route decisions for one application.
+
+    Args:
+        cfg: the application's config.
+        pools: the pools the application runs ("vanilla", "speculative" or both).
+    """
+
+    def __init__(self, cfg: SpecserveConfig, pools: Iterable[Route]):
+        self.cfg = cfg
+        self.pools = list(pools)
+        self.estimator = RouteEstimator(cfg.speculative.speculator.num_speculative_tokens)
+        self._tokenizer = load_tokenizer(resolve_path(cfg.model.path))
+        self._speculator_context = (cfg.speculative.speculator.context_len()
+                                    if "speculative" in self.pools else None)
+        self._last_auto_route: dict[TaskType, Route] = {}  # per task type, for hysteresis
+        self._runtime_pin: str | None = None  # None: the config's router.pin
+
+    @property
+    def pin(self) -> str:
+        """The pin in force: the runtime one if set, else the config's `router.pin`."""
+        return self._runtime_pin or self.cfg.router.pin
+
+    @property
+    def pin_source(self) -> str:
+        """"runtime" when the admin endpoint set the pin in force, else "config"."""
+        return "config" if self._runtime_pin is None else "runtime"
+
+    def set_pin(self, pin: str | None) -> None:
+        """Pins `auto` requests to a path ("auto" unpins); None returns to the config's pin.
+
+        Raises:
+            ValueError: `pin` is not None, "auto", "speculative" or "vanilla", or names a pool the
+                application does not run.
+        """
+        if pin is not None and pin not in PINS:
+            raise ValueError(f"pin: must be one of {list(PINS)} or null, got {pin!r}")
+        if pin not in (None, "auto") and pin not in self.pools:
+            raise ValueError(f"pin: pool {pin!r} is not configured")
+        self._runtime_pin = pin
+
+    def decide(self, body, loads: dict[Route, PoolLoad]) -> tuple[RequestFeatures, Decision]:
+        """Features and route of one request (pops the body's `route` field).
+
+        Args:
+            body: an OpenAI CompletionRequest or ChatCompletionRequest (vLLM's pydantic models).
+            loads: each configured pool's load with the step time this request would see.
+
+        Raises:
+            RequestError: the `route` field is invalid (400).
+            ValueError: the request forces a pool the application does not run.
+        """
+        features = request_features(body, self._tokenizer, self._speculator_context)
+        features = dataclasses.replace(features, expected_tokens=self.estimator.expected_tokens(
+            features.task, features.temperature))
+        router_cfg = self.cfg.router
+        if self.pin != router_cfg.pin:
+            router_cfg = router_cfg.model_copy(update={"pin": self.pin})
+        decision = choose_route(features, loads, router_cfg,
+                                self._last_auto_route.get(features.task))
+        if decision.speedup is not None:
+            self._last_auto_route[features.task] = decision.route
+        return features, decision
+
+    def learn(self, features: RequestFeatures, payload: dict) -> None:
+        """Folds a speculative response's `metrics.speculative_decoding.acceptance_histogram`
+        (vLLM engine flag `per_request_spec_decode_metrics`) into the acceptance estimates."""
+        spec = (payload.get("metrics") or {}).get("speculative_decoding")
+        if spec and spec.get("acceptance_histogram"):
+            self.estimator.acceptance.observe(features.task, features.temperature,
+                                              spec["acceptance_histogram"])
+
+    async def share_forever(self, board, replica_id: str) -> None:
+        """Every `PUSH_PERIOD_S`: publishes this replica's acceptance counts to the StatsBoard and
+        takes the runtime pin and the other replicas' counts from it (cancel to stop)."""
+        while True:
+            try:
+                board.report_acceptance.remote(replica_id,
+                                               self.estimator.acceptance.local_counts())
+                state = await board.router_state.remote(replica_id)
+                self._runtime_pin = state.pin
+                self.estimator.acceptance.set_remote(state.acceptance)
+            except Exception:  # the board restarts on failure; keep the last state meanwhile
+                logger.exception("stats board unreachable")
+            await asyncio.sleep(PUSH_PERIOD_S)
+
+
+def route_headers(features: RequestFeatures, decision: Decision) -> dict[str, str]:
+    """The response headers that explain a decision: route, reason, task and (when computed) S."""
+    headers = {"x-specserve-route": decision.route, "x-specserve-reason": decision.reason,
+               "x-specserve-task": features.task}
+    if decision.speedup is not None:
+        headers["x-specserve-speedup"] = f"{decision.speedup:.2f}"
+    return headers

@@ -1,0 +1,77 @@
+"""The route decider (router/decider.py): runtime pin, and acceptance shared across ingress replicas."""
+
+import pytest
+from ray.serve.llm.openai_api_models import CompletionRequest
+
+from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig
+from router.acceptance import AcceptanceEstimator
+from router.decider import RouteDecider
+from router.policy import PoolLoad
+
+LOADS = {"vanilla": PoolLoad(1, 0, 0.010), "speculative": PoolLoad(1, 0, 0.020)}
+
+
+@pytest.fixture
+def decider() -> RouteDecider:
+    return RouteDecider(SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH), ["vanilla", "speculative"])
+
+
+def code(**kw) -> CompletionRequest:
+    return CompletionRequest(model="m", prompt="def f(x):\n    return", temperature=0, **kw)
+
+
+def test_runtime_pin_overrides_config_and_unpins(decider):
+    assert (decider.pin, decider.pin_source) == ("auto", "config")
+    decider.set_pin("vanilla")
+    _, d = decider.decide(code(), LOADS)
+    assert (d.route, d.reason, decider.pin_source) == ("vanilla", "pinned", "runtime")
+    _, d = decider.decide(code(route="speculative"), LOADS)
+    assert (d.route, d.reason) == ("speculative", "requested")  # a request's own route wins
+    decider.set_pin("auto")  # a runtime "auto" overrides a config pin too
+    _, d = decider.decide(code(), LOADS)
+    assert d.reason in ("speculation_pays", "speculation_costs")
+    decider.set_pin(None)
+    assert (decider.pin, decider.pin_source) == ("auto", "config")
+
+
+@pytest.mark.parametrize("pin, message", [("fast", "must be one of"), (3, "must be one of")])
+def test_bad_pin_names_the_field(decider, pin, message):
+    with pytest.raises(ValueError, match=f"pin: {message}"):
+        decider.set_pin(pin)
+
+
+def test_pin_to_a_pool_the_application_lacks_is_refused():
+    d = RouteDecider(SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH), ["vanilla"])
+    with pytest.raises(ValueError, match="pin: pool 'speculative' is not configured"):
+        d.set_pin("speculative")
+
+
+def test_learned_acceptance_moves_the_speedup(decider):
+    _, before = decider.decide(code(), LOADS)
+    decider.learn(decider.decide(code(), LOADS)[0], {"metrics": {"speculative_decoding": {
+        "acceptance_histogram": [400, 0, 0, 0, 0]}}})  # nothing accepted in 400 steps
+    _, after = decider.decide(code(), LOADS)
+    assert after.speedup < 0.6 * before.speedup
+
+
+def test_replicas_estimate_from_each_others_observations():
+    a, b = AcceptanceEstimator(2, prior_steps=1), AcceptanceEstimator(2, prior_steps=1)
+    for _ in range(50):
+        a.observe("code", 0.0, [0, 0, 10])    # replica a: everything accepted
+        b.observe("code", 0.0, [10, 0, 0])    # replica b: nothing accepted
+    alone = a.alphas("code", 0.0)
+    a.set_remote([b.local_counts()])
+    merged = a.alphas("code", 0.0)
+    assert alone[0] > 0.99 and merged[0] == pytest.approx(0.5, abs=0.01)
+    assert a.observed_steps("code", 0.0) == pytest.approx(2 * b.observed_steps("code", 0.0))
+    b.set_remote([a.local_counts()])  # symmetric: both replicas see the same estimate
+    assert b.alphas("code", 0.0) == pytest.approx(merged)
+    a.set_remote([])  # the other replica went away: its counts go with it
+    assert a.alphas("code", 0.0) == pytest.approx(alone)
+
+
+def test_counts_published_under_another_num_speculative_tokens_are_ignored():
+    a, b = AcceptanceEstimator(2), AcceptanceEstimator(4)
+    b.observe("math", 0.0, [0, 0, 0, 0, 10])
+    a.set_remote([b.local_counts()])
+    assert a.alphas("math", 0.0) == [a.priors["math"]] * 2
