@@ -45,6 +45,7 @@ def write_report(results: dict, out: Path) -> None:
                 f"{row[s]['goodput_req_s']} ({row[s]['slo_attainment']:.0%}, "
                 f"{row[s]['ttft_p99_ms']}, {row[s]['tpot_p99_ms']})" if s in row else "-"
                 for s in systems) + " |")
+    lines += _speedup_curve(results.get("speedup_curve"))
     lines += ["", "## Routed: route mix per cell", ""]
     lines += [f"- {key}: {row['routed']['route_mix']}" for key, row in cells.items()
               if "routed" in row]
@@ -95,6 +96,26 @@ def _targets(results, cells, sweep, rates) -> list[str]:
                    f"p99 {o['overhead_p99_ms']} ms (target p99 < 2 ms); latencies specserve "
                    f"p50/p99 {o['specserve_p50_ms']}/{o['specserve_p99_ms']} ms, stock "
                    f"{o['direct_p50_ms']}/{o['direct_p99_ms']} ms")
+    return out
+
+
+def _speedup_curve(curve: dict | None) -> list[str]:
+    """The router's S(B) per task at temperature 0, from `GET /admin/speedup` after the sweep."""
+    if not curve:
+        return []
+    tasks = {task: t for task, t in curve["tasks"].items() if t["curve"]}
+    rows = next(iter(tasks.values()))["curve"] if tasks else []
+    out = ["", "## Profiled S(B) (router's step-time model after the sweep; temperature 0)", "",
+           "| batch | vanilla step ms | speculative step ms | " +
+           " | ".join(f"S {t}" for t in tasks) + " |", "|---|---|---|" + "---|" * len(tasks)]
+    for i, r in enumerate(rows):
+        out.append(f"| {r['batch']} | {r['vanilla_step_ms']:.1f} | {r['speculative_step_ms']:.1f} "
+                   "| " + " | ".join(f"{t['curve'][i]['speedup']:.2f}" for t in tasks.values())
+                   + " |")
+    out += ["", f"Speculation pays (S ≥ {curve['min_speedup']}) up to batch: " + ", ".join(
+        f"{task} {t['pays_up_to_batch']}" for task, t in curve["tasks"].items()) +
+        "; E[τ] per task: " + ", ".join(f"{task} {t['curve'][0]['expected_tokens']:.2f}"
+                                        for task, t in tasks.items())]
     return out
 
 

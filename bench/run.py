@@ -170,6 +170,7 @@ def run_app(app: App, args, rates, overhead: bool) -> tuple[dict, dict | None, f
             extra = asyncio.run(measure_overhead(url, model, args.overhead_requests))
             print(f"router overhead: {extra}", flush=True)
             serve.delete("direct")
+            extra["speedup_curve"] = httpx.get(url + "/admin/speedup", timeout=30).json()
     finally:
         serve.delete("specserve")
         _reap(before)
@@ -247,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
                         "routed": "auto"})
         cells, overhead, start_s = run_app(main_app, args, None, overhead=True)
         rates = results["poisson_rates_req_s"] = cells.pop("poisson_rates_req_s")
+        results["speedup_curve"] = overhead.pop("speedup_curve")
         results["overhead"] = overhead
         results["apps"]["main"] = {"start_s": round(start_s, 1), "method": methods[0]}
         _merge(results["cells"], cells)

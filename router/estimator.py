@@ -53,3 +53,23 @@ class RouteEstimator:
         """Predicted seconds per engine step of `pool` at running batch `batch` (None: unknown)."""
         model = self.step_times.get(pool)
         return model.step_time(batch) if model else None
+
+    def speedup_curve(self, task: TaskType, temperature: float) -> list[dict]:
+        """S(B) = E[τ] · T_v(B) / T_s(B) at every batch either pool has a step time for.
+
+        The same S the policy computes for a request that would make both pools' running batch B
+        (router/policy.py), for operators and reports. Rows: {"batch", "vanilla_step_ms",
+        "speculative_step_ms", "expected_tokens", "speedup"}; empty until both pools are known.
+        """
+        van, spec = self.step_times.get("vanilla"), self.step_times.get("speculative")
+        if van is None or spec is None or not van.points() or not spec.points():
+            return []
+        e_tau = self.expected_tokens(task, temperature)
+        rows = []
+        for batch in sorted(set(van.points()) | set(spec.points())):
+            t_v, t_s = van.step_time(batch), spec.step_time(batch)
+            rows.append({"batch": batch, "vanilla_step_ms": round(1000 * t_v, 3),
+                         "speculative_step_ms": round(1000 * t_s, 3),
+                         "expected_tokens": round(e_tau, 3), "speedup": round(e_tau * t_v / t_s, 3)})
+        return rows
+

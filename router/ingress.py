@@ -15,6 +15,7 @@ import asyncio
 import contextvars
 import json
 import logging
+from typing import get_args
 
 from fastapi import FastAPI, Request
 from ray import serve
@@ -24,7 +25,7 @@ from ray.serve.llm.ingress import OpenAiIngress
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from vllm.entrypoints.generate.base.protocol import StreamOptions
 
-from cluster.config import Route, SpecserveConfig
+from cluster.config import Route, SpecserveConfig, TaskType
 from deployments.stats import get_board
 from router.decider import RouteDecider, route_headers
 from router.errors import RequestError, error_response, install_error_handlers
@@ -190,6 +191,17 @@ class SpecserveIngress(OpenAiIngress):
         logger.info(json.dumps({"event": "pin", "pin": body["pin"]}))
         return JSONResponse(await self.get_policy())
 
+    async def get_speedup(self) -> dict:
+        """The profiled S(B) curve per task type at temperature 0 (see
+        `RouteEstimator.speedup_curve`), with the largest batch at which S still reaches
+        `router.min_speedup` ("pays_up_to_batch"; 0: nowhere)."""
+        out = {}
+        for task in get_args(TaskType):
+            rows = self._estimator.speedup_curve(task, 0.0)
+            pays = [r["batch"] for r in rows if r["speedup"] >= self._cfg.router.min_speedup]
+            out[task] = {"pays_up_to_batch": max(pays, default=0), "curve": rows}
+        return {"min_speedup": self._cfg.router.min_speedup, "tasks": out}
+
     async def health(self) -> dict:
         """200 while the ingress runs; lists each pool's live replicas and in-flight requests."""
         return {"status": "ok", "pools": {p: {"replicas": load.replicas, "in_flight": load.in_flight}
@@ -205,4 +217,5 @@ ENDPOINTS = {
     "health": lambda app: app.get("/health"),
     "get_policy": lambda app: app.get("/admin/policy"),
     "put_policy": lambda app: app.put("/admin/policy"),
+    "get_speedup": lambda app: app.get("/admin/speedup"),
 }

@@ -75,6 +75,13 @@ def test_report_states_each_target(tmp_path):
                "overhead": {"requests": 10, "overhead_p50_ms": 0.5, "overhead_p99_ms": 1.5,
                             "specserve_p50_ms": 10, "specserve_p99_ms": 12,
                             "direct_p50_ms": 9.5, "direct_p99_ms": 10.5},
+               "speedup_curve": {"min_speedup": 1.1, "tasks": {
+                   "code": {"pays_up_to_batch": 8, "curve": [
+                       {"batch": 1, "vanilla_step_ms": 10, "speculative_step_ms": 12,
+                        "expected_tokens": 3.0, "speedup": 2.5},
+                       {"batch": 64, "vanilla_step_ms": 100, "speculative_step_ms": 400,
+                        "expected_tokens": 3.0, "speedup": 0.75}]},
+                   "chat": {"pays_up_to_batch": 0, "curve": []}}},
                "cells": {"code@c1": systems(100, 300, 250), "mixed@c1": systems(100, 200, 190),
                          "mixed@c64": systems(1000, 600, 980), "poisson@1.00": systems(1, 1, 1)}}
     write_report(json.loads(json.dumps(results)), tmp_path)
@@ -84,5 +91,7 @@ def test_report_states_each_target(tmp_path):
     assert "worst level: **0.95x** at mixed@c1" in text
     assert "routed goodput / best other (speculative-ngram) = **1.25x**" in text
     assert "p99 1.5 ms" in text
+    assert "| 64 | 100.0 | 400.0 | 0.75 |" in text
+    assert "pays (S ≥ 1.1) up to batch: code 8, chat 0" in text
     for png in ("throughput.png", "tpot_p99.png", "speedup_by_task.png"):
         assert (tmp_path / png).stat().st_size > 1000

@@ -75,3 +75,17 @@ def test_counts_published_under_another_num_speculative_tokens_are_ignored():
     b.observe("math", 0.0, [0, 0, 0, 0, 10])
     a.set_remote([b.local_counts()])
     assert a.alphas("math", 0.0) == [a.priors["math"]] * 2
+
+
+def test_speedup_curve_from_profiles(decider):
+    from deployments.stats import PoolStats
+
+    est = decider.estimator
+    assert est.speedup_curve("code", 0.0) == []  # nothing profiled yet
+    est.update_pools({"vanilla": PoolStats(profile={1: 0.010, 8: 0.020, 64: 0.100}),
+                      "speculative": PoolStats(profile={1: 0.020, 8: 0.060, 64: 0.400})})
+    rows = est.speedup_curve("code", 0.0)
+    e_tau = est.expected_tokens("code", 0.0)
+    assert [r["batch"] for r in rows] == [1, 8, 64]
+    assert [r["speedup"] for r in rows] == pytest.approx(
+        [e_tau * 0.5, e_tau / 3, e_tau / 4], abs=1e-3)
