@@ -89,6 +89,11 @@ def _targets(results, cells, sweep, rates) -> list[str]:
             r = row["routed"]["goodput_req_s"] / best[0] if best[0] else float("inf")
             out.append(f"- {key}: routed goodput / best other ({best[1]}) = **{r:.2f}x** "
                        f"(target ≥ 1.1, and ≥ 0.95 at every rate)")
+    if results.get("decision_latency"):
+        d = results["decision_latency"]
+        out.append(f"- route decision in-process (features + classifier + policy, {d['decisions']} "
+                   f"mixed requests): p50 {d['p50_us']} µs, p99 {d['p99_us']} µs "
+                   f"(issue 3 target p99 < 1 ms)")
     if results.get("overhead"):
         o = results["overhead"]
         out.append(f"- router overhead vs Ray Serve LLM's stock ingress on the same pool "

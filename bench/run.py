@@ -142,6 +142,33 @@ async def measure_overhead(url: str, model: str, n: int) -> dict:
     return out
 
 
+def measure_decision_latency(cfg: SpecserveConfig, n: int = 2000) -> dict:
+    """In-process time of one route decision (features, classifier, policy) on mixed-workload
+    bodies with step times loaded, p50/p99 in microseconds: the router's own CPU cost per request.
+    """
+    import itertools
+
+    from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionRequest
+
+    from deployments.stats import PoolStats
+    from router.decider import RouteDecider
+    from router.policy import PoolLoad
+
+    decider = RouteDecider(cfg, ["vanilla", "speculative"])
+    decider.estimator.update_pools({"vanilla": PoolStats(profile={1: 0.01, 64: 0.1}),
+                                    "speculative": PoolStats(profile={1: 0.02, 64: 0.4})})
+    loads = {"vanilla": PoolLoad(1, 3, 0.012), "speculative": PoolLoad(1, 2, 0.025)}
+    bodies = [(ChatCompletionRequest if "messages" in j.body else CompletionRequest)(**j.body)
+              for j in itertools.islice(jobs("mixed", cfg.model.served_model_name, 7), n)]
+    times = []
+    for body in bodies:
+        t0 = time.perf_counter()
+        decider.decide(body, loads)
+        times.append(time.perf_counter() - t0)
+    return {"decisions": n, "p50_us": round(1e6 * percentile(times, 50), 1),
+            "p99_us": round(1e6 * percentile(times, 99), 1)}
+
+
 def _vllm_pids() -> set[int]:
     out = subprocess.run(["pgrep", "-f", "VLLM::"], capture_output=True, text=True).stdout
     return {int(p) for p in out.split()}
@@ -236,12 +263,14 @@ def main(argv: list[str] | None = None) -> int:
     from ray import serve
 
     t_start = time.perf_counter()
+    decision = measure_decision_latency(base)
+    print(f"route decision in-process: {decision}", flush=True)
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": args.port})
     results: dict = {"command": " ".join(["python -m bench.run", *(argv or sys.argv[1:])]),
                      "machine": _machine(), "args": {k: str(v) for k, v in vars(args).items()},
                      "slo": {"ttft_ms": args.ttft_slo_ms, "tpot_ms": args.tpot_slo_ms},
-                     "apps": {}, "cells": {}}
+                     "apps": {}, "cells": {}, "decision_latency": decision}
     try:
         main_app = App("main", speculator_config(base, methods[0], False, args.eager),
                        {"vanilla": "vanilla", f"speculative-{methods[0]}": "speculative",

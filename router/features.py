@@ -38,7 +38,7 @@ def request_features(body, tokenizer: Tokenizer | None = None,
                                               ("logit_bias", bool(body.logit_bias))) if on)
     temperature = 1.0 if body.temperature is None else body.temperature
     beyond = False
-    if speculator_context is not None:
+    if speculator_context is not None and max_prompt_tokens(body) >= speculator_context:
         beyond = prompt_tokens(body, tokenizer) >= speculator_context
     return RequestFeatures(task=classify_text(last_user_text(body)), temperature=temperature,
                            requested_route=requested, unsupported_options=unsupported,
@@ -60,6 +60,21 @@ def last_user_text(body) -> str:
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
         return "\n".join(prompt)
     return ""
+
+
+def max_prompt_tokens(body) -> int:
+    """An upper bound on the prompt's tokens without tokenizing: a byte-level BPE token covers at
+    least one UTF-8 byte, plus one BOS token per prompt (chat: per message, for template tokens
+    of a few per message, counted generously as 8)."""
+    messages = getattr(body, "messages", None)
+    if messages is not None:
+        return sum(8 + len(_content_text((m if isinstance(m, dict) else m.model_dump())
+                                         .get("content")).encode()) for m in messages)
+    prompt = body.prompt
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], (int, list)):
+        return prompt_tokens(body, None)
+    text = prompt if isinstance(prompt, str) else "\n".join(prompt or [])
+    return len(text.encode()) + 1
 
 
 def prompt_tokens(body, tokenizer: Tokenizer | None) -> int:
