@@ -91,11 +91,23 @@ class RouteDecider:
 
     def learn(self, features: RequestFeatures, payload: dict) -> None:
         """Folds a speculative response's `metrics.speculative_decoding.acceptance_histogram`
-        (vLLM engine flag `per_request_spec_decode_metrics`) into the acceptance estimates."""
+        (vLLM engine flag `per_request_spec_decode_metrics`) into the acceptance estimates.
+
+        vLLM counts only the verification steps that carried drafts (scheduler.py, `observe` under
+        `scheduled_spec_token_ids`); an n-gram speculator with no match, or a sequence beyond the
+        speculator's context, decodes one token per step uncounted. The policy divides E[τ] by the
+        pool's mean step time over all steps, so those steps enter as steps accepting nothing:
+        with h the histogram and n the completion tokens, decode steps without drafts =
+        n − 1 (the prefill's token) − Σ_j (j + 1)·h[j].
+        """
         spec = (payload.get("metrics") or {}).get("speculative_decoding")
-        if spec and spec.get("acceptance_histogram"):
-            self.estimator.acceptance.observe(features.task, features.temperature,
-                                              spec["acceptance_histogram"])
+        if not spec or not spec.get("acceptance_histogram"):
+            return
+        histogram = list(spec["acceptance_histogram"])
+        tokens = (payload.get("usage") or {}).get("completion_tokens")
+        if tokens:
+            histogram[0] += max(0, tokens - 1 - sum((j + 1) * h for j, h in enumerate(histogram)))
+        self.estimator.acceptance.observe(features.task, features.temperature, histogram)
 
     async def share_forever(self, board, replica_id: str) -> None:
         """Every `PUSH_PERIOD_S`: publishes this replica's acceptance counts to the StatsBoard and

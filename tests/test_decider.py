@@ -89,3 +89,17 @@ def test_speedup_curve_from_profiles(decider):
     assert [r["batch"] for r in rows] == [1, 8, 64]
     assert [r["speedup"] for r in rows] == pytest.approx(
         [e_tau * 0.5, e_tau / 3, e_tau / 4], abs=1e-3)
+
+
+def test_steps_without_drafts_count_as_accepting_nothing(decider):
+    """An n-gram speculator without a match decodes one token per step that vLLM's histogram does
+    not count: 1 prefill token + 2 drafted steps (4 + 5 tokens) + 10 undrafted steps = 20 tokens."""
+    features, _ = decider.decide(code(), LOADS)
+    decider.learn(features, {"usage": {"completion_tokens": 20}, "metrics": {
+        "speculative_decoding": {"acceptance_histogram": [0, 0, 0, 1, 1]}}})
+    est = decider.estimator.acceptance
+    assert est.observed_steps("code", 0.0) == 12
+    plain = RouteDecider(decider.cfg, decider.pools)
+    plain.learn(features, {"metrics": {"speculative_decoding": {
+        "acceptance_histogram": [0, 0, 0, 1, 1]}}})  # no usage: only the drafted steps
+    assert plain.estimator.acceptance.observed_steps("code", 0.0) == 2
