@@ -180,6 +180,10 @@ class RouterConfig(_Strict):
     max_speculative_temperature: float = Field(
         0.7, ge=0, description="Requests sampled hotter than this go vanilla (acceptance falls "
         "with temperature).")
+    pools_share_compute: bool = Field(
+        False, description="The two pools run on the same compute (e.g. CPU replicas on one "
+        "machine): a request on either pool slows both, so each pool's step time is predicted at "
+        "the batch of both pools together, not at its own. False: separate accelerators (GPU).")
 
 
 class ServerConfig(_Strict):

@@ -8,6 +8,7 @@ Feeds the pure policy (`router.policy.choose_route`) from three online sources:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -15,6 +16,7 @@ from cluster.config import Route, TaskType
 from deployments.stats import PoolStats
 from router.acceptance import AcceptanceEstimator
 from router.cost import StepTimeModel
+from router.policy import PoolLoad
 from router.speedup import expected_tokens
 
 
@@ -35,15 +37,21 @@ class RouteEstimator:
         if self.acceptance is None:
             self.acceptance = AcceptanceEstimator(self.num_speculative_tokens)
 
-    def update_pools(self, pools: Mapping[str, PoolStats]) -> None:
-        """Folds new step-time samples and profiles from a StatsBoard snapshot (each sample once)."""
+    def update_pools(self, pools: Mapping[str, PoolStats], shared_compute: bool = False) -> None:
+        """Folds new step-time samples and profiles from a StatsBoard snapshot (each sample once).
+
+        With `shared_compute` (both pools on one machine's cores) a sample is filed at the joint
+        batch: the replica's own mean batch plus the requests the other pools run now.
+        """
         for pool, stats in pools.items():
             model = self.step_times.setdefault(pool, StepTimeModel())
             model.load_profile(stats.profile)
+            others = sum(p.engine.num_requests_running for name, p in pools.items()
+                         if name != pool) if shared_compute else 0
             for replica, sample_id, batch, step_s in stats.step_samples:
                 if self._seen_samples.get(replica) != sample_id:
                     self._seen_samples[replica] = sample_id
-                    model.observe(batch, step_s)
+                    model.observe(batch + others, step_s)
 
     def expected_tokens(self, task: TaskType, temperature: float) -> float:
         """E[τ] for this task and temperature from the current per-position α."""
@@ -53,6 +61,19 @@ class RouteEstimator:
         """Predicted seconds per engine step of `pool` at running batch `batch` (None: unknown)."""
         model = self.step_times.get(pool)
         return model.step_time(batch) if model else None
+
+    def with_step_times(self, loads: Mapping[str, PoolLoad],
+                        shared_compute: bool = False) -> dict[str, PoolLoad]:
+        """Each pool's load with its predicted step time at the batch it would run with one more
+        request: its own in-flight + 1 per replica, or with `shared_compute` (one machine's cores
+        serve both pools) all pools' in-flight + 1."""
+        total = sum(load.in_flight for load in loads.values())
+        out = {}
+        for pool, load in loads.items():
+            in_flight = total if shared_compute else load.in_flight
+            out[pool] = dataclasses.replace(
+                load, step_s=self.step_time(pool, (in_flight + 1) / max(load.replicas, 1)))
+        return out
 
     def speedup_curve(self, task: TaskType, temperature: float) -> list[dict]:
         """S(B) = E[τ] · T_v(B) / T_s(B) at every batch either pool has a step time for.

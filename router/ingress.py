@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import json
 import logging
 from typing import get_args
@@ -82,20 +83,17 @@ class SpecserveIngress(OpenAiIngress):
         self._metrics = RouterMetrics(self._pressure.pool_stats, self._estimator)
         loop = asyncio.get_event_loop()
         self._background = [
-            loop.create_task(self._pressure.run(on_snapshot=self._estimator.update_pools)),
+            loop.create_task(self._pressure.run(on_snapshot=functools.partial(
+                self._estimator.update_pools,
+                shared_compute=self._cfg.router.pools_share_compute))),
             loop.create_task(self._decider.share_forever(self._board, self._replica_id))]
 
     def _get_configured_serve_handle(self, model_id: str) -> DeploymentHandle:
         return self._handles[_ROUTE.get()]
 
     def _loads(self) -> dict[Route, PoolLoad]:
-        """Each pool's load with its predicted step time at the batch this request would make."""
-        out = {}
-        for pool, load in self._pressure.loads().items():
-            batch = (load.in_flight + 1) / max(load.replicas, 1)
-            out[pool] = PoolLoad(load.replicas, load.in_flight,
-                                 self._estimator.step_time(pool, batch))
-        return out
+        return self._estimator.with_step_times(self._pressure.loads(),
+                                               self._cfg.router.pools_share_compute)
 
     async def _process_llm_request(self, body, call_method: str,
                                    raw_request: Request | None = None) -> Response:

@@ -103,3 +103,28 @@ def test_steps_without_drafts_count_as_accepting_nothing(decider):
     plain.learn(features, {"metrics": {"speculative_decoding": {
         "acceptance_histogram": [0, 0, 0, 1, 1]}}})  # no usage: only the drafted steps
     assert plain.estimator.acceptance.observed_steps("code", 0.0) == 2
+
+
+@pytest.mark.parametrize("shared, expect_ms", [(False, (10.0, 400.0)), (True, (100.0, 400.0))])
+def test_shared_compute_predicts_step_times_at_the_joint_batch(decider, shared, expect_ms):
+    from deployments.stats import PoolStats
+
+    est = decider.estimator
+    est.update_pools({"vanilla": PoolStats(profile={1: 0.010, 64: 0.100}),
+                      "speculative": PoolStats(profile={1: 0.020, 64: 0.400})})
+    loads = est.with_step_times({"vanilla": PoolLoad(1, 0), "speculative": PoolLoad(1, 63)},
+                                shared_compute=shared)
+    # unshared: vanilla at its own batch 1, speculative at 64; shared: both at 64.
+    assert 1000 * loads["vanilla"].step_s == pytest.approx(expect_ms[0])
+    assert 1000 * loads["speculative"].step_s == pytest.approx(expect_ms[1])
+    assert loads["speculative"].in_flight == 63
+
+
+def test_shared_compute_files_samples_at_the_joint_batch(decider):
+    from deployments.stats import EngineStats, PoolStats
+
+    est = decider.estimator
+    busy_vanilla = PoolStats(engine=EngineStats(num_requests_running=7))
+    sampled = PoolStats(step_samples=[("r1", 1, 1.0, 0.050)])
+    est.update_pools({"vanilla": busy_vanilla, "speculative": sampled}, shared_compute=True)
+    assert est.step_times["speculative"].points() == {8: 0.050}  # 1 own + 7 on the other pool
