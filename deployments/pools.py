@@ -20,6 +20,7 @@ from vllm.v1.metrics.reader import get_metrics_snapshot
 
 from cluster.config import ModelConfig, PoolConfig, SpeculativePoolConfig, resolve_path
 from deployments.profile import PROFILE_PROMPT, profile_batches, profile_step_times
+from deployments.logs import use_serve_log_handlers
 from deployments.stats import PUSH_PERIOD_S, EngineStats, get_board
 
 logger = logging.getLogger("specserve.pools")
@@ -40,6 +41,7 @@ class PoolServer(LLMServer):
 
     async def __init__(self, llm_config: LLMConfig, *, pool: str, profile_max_batch: int = 0,
                        **kwargs):
+        use_serve_log_handlers()
         await super().__init__(llm_config, **kwargs)
         self._pool = pool
         ctx = serve.get_replica_context()

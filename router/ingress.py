@@ -27,6 +27,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from vllm.entrypoints.generate.base.protocol import StreamOptions
 
 from cluster.config import Route, SpecserveConfig, TaskType
+from deployments.logs import use_serve_log_handlers
 from deployments.stats import get_board
 from router.decider import RouteDecider, route_headers
 from router.errors import RequestError, error_response, install_error_handlers
@@ -74,6 +75,7 @@ class SpecserveIngress(OpenAiIngress):
         self._cfg = SpecserveConfig.model_validate(config)
         self._handles = {pool: h.options(stream=True) for pool, h in pools.items()}
         replicas = {pool: getattr(self._cfg, pool).num_replicas for pool in pools}
+        use_serve_log_handlers()
         ctx = serve.get_replica_context()
         self._board = get_board(ctx.app_name)
         self._replica_id = ctx.replica_id.unique_id
