@@ -19,8 +19,8 @@ from ray.serve.llm.openai_api_models import CompletionRequest
 from vllm.v1.metrics.reader import get_metrics_snapshot
 
 from cluster.config import ModelConfig, PoolConfig, SpeculativePoolConfig, resolve_path
-from deployments.profile import PROFILE_PROMPT, profile_batches, profile_step_times
 from deployments.logs import use_serve_log_handlers
+from deployments.profile import PROFILE_PROMPT, profile_batches, profile_step_times
 from deployments.stats import PUSH_PERIOD_S, EngineStats, get_board
 
 logger = logging.getLogger("specserve.pools")
