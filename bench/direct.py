@@ -26,7 +26,8 @@ class DirectIngress(OpenAiIngress):
     """
 
     def __init__(self, app_name: str, pool: str, model_id: str):
-        card = ModelCard(id=model_id, object="model", owned_by="specserve", permission=[])
+        card = ModelCard(id=model_id, object="model", owned_by="specserve", permission=[],
+                         metadata={})
         super().__init__(llm_deployments={model_id: serve.get_deployment_handle(pool, app_name)},
                          model_cards={model_id: card})
 

@@ -192,12 +192,16 @@ def run_app(app: App, args, rates, overhead: bool) -> tuple[dict, dict | None, f
         cells = asyncio.run(measure_app(url, app, args, rates, model))
         extra = None
         if overhead:
-            serve.run(build_direct_app("specserve", "vanilla", model), name="direct",
-                      route_prefix=PREFIX)
-            extra = asyncio.run(measure_overhead(url, model, args.overhead_requests))
-            print(f"router overhead: {extra}", flush=True)
-            serve.delete("direct")
-            extra["speedup_curve"] = httpx.get(url + "/admin/speedup", timeout=30).json()
+            extra = {"speedup_curve": httpx.get(url + "/admin/speedup", timeout=30).json()}
+            try:
+                serve.run(build_direct_app("specserve", "vanilla", model), name="direct",
+                          route_prefix=PREFIX)
+                extra |= asyncio.run(measure_overhead(url, model, args.overhead_requests))
+                print(f"router overhead: {extra}", flush=True)
+            except Exception as e:  # keep the cells measured so far
+                print(f"router overhead not measured: {e}", file=sys.stderr, flush=True)
+            finally:
+                serve.delete("direct")
     finally:
         serve.delete("specserve")
         _reap(before)
@@ -278,15 +282,17 @@ def main(argv: list[str] | None = None) -> int:
         cells, overhead, start_s = run_app(main_app, args, None, overhead=True)
         rates = results["poisson_rates_req_s"] = cells.pop("poisson_rates_req_s")
         results["speedup_curve"] = overhead.pop("speedup_curve")
-        results["overhead"] = overhead
+        results["overhead"] = overhead if "requests" in overhead else None
         results["apps"]["main"] = {"start_s": round(start_s, 1), "method": methods[0]}
         _merge(results["cells"], cells)
+        _save(results, out)
         for m in methods[1:]:
             app = App(m, speculator_config(base, m, True, args.eager),
                       {f"speculative-{m}": "speculative"})
             cells, _, start_s = run_app(app, args, rates, overhead=False)
             results["apps"][m] = {"start_s": round(start_s, 1)}
             _merge(results["cells"], cells)
+            _save(results, out)
         if not args.no_switch:
             k = base.speculative.speculator.num_speculative_tokens
             cut = crossover(results["cells"], f"speculative-{methods[0]}", args.concurrency)
@@ -301,8 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         serve.shutdown()
         ray.shutdown()
     results["wall_s"] = round(time.perf_counter() - t_start, 1)
-    (out / "results.json").write_text(json.dumps(results, indent=1))
-    write_report(results, out)
+    _save(results, out)
     print(f"results: {out}/report.md ({results['wall_s']:.0f} s)")
     return 0
 
@@ -310,6 +315,14 @@ def main(argv: list[str] | None = None) -> int:
 def _merge(into: dict, cells: dict) -> None:
     for key, systems in cells.items():
         into.setdefault(key, {}).update(systems)
+
+
+def _save(results: dict, out: Path) -> None:
+    """Writes results.json and the report (after each application: a failure keeps the rest)."""
+    tmp = out / "results.json.tmp"
+    tmp.write_text(json.dumps(results, indent=1))
+    tmp.replace(out / "results.json")
+    write_report(results, out)
 
 
 def _machine() -> dict:
