@@ -19,7 +19,10 @@ def read_counters(metrics) -> dict:
         if not m.name.startswith(SPEC_PREFIX):
             continue
         name = m.name[len(SPEC_PREFIX):]
-        out[name] = list(m.values) if hasattr(m, "values") else m.value
+        if hasattr(m, "values"):  # Vector: one count per draft position
+            out[name] = list(m.values)
+        elif hasattr(m, "value"):  # Counter
+            out[name] = m.value
     return out
 
 
