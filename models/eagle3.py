@@ -31,14 +31,14 @@ from transformers.models.llama.modeling_llama import (LlamaMLP, LlamaRMSNorm, Ll
 
 
 class _Attention(nn.Module):
-    """q/k/v over the 2H input, o back to H; names as in the checkpoint."""
+    """q/k/v over the layer input (2H for EAGLE-3, H for EAGLE-1), o back to H; checkpoint names."""
 
-    def __init__(self, cfg: LlamaConfig) -> None:
+    def __init__(self, cfg: LlamaConfig, in_features: int) -> None:
         super().__init__()
         h, d = cfg.hidden_size, cfg.hidden_size // cfg.num_attention_heads
-        self.q_proj = nn.Linear(2 * h, cfg.num_attention_heads * d, bias=False)
-        self.k_proj = nn.Linear(2 * h, cfg.num_key_value_heads * d, bias=False)
-        self.v_proj = nn.Linear(2 * h, cfg.num_key_value_heads * d, bias=False)
+        self.q_proj = nn.Linear(in_features, cfg.num_attention_heads * d, bias=False)
+        self.k_proj = nn.Linear(in_features, cfg.num_key_value_heads * d, bias=False)
+        self.v_proj = nn.Linear(in_features, cfg.num_key_value_heads * d, bias=False)
         self.o_proj = nn.Linear(cfg.num_attention_heads * d, h, bias=False)
 
 
@@ -46,7 +46,7 @@ class _MidLayer(nn.Module):
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()
         h, eps = cfg.hidden_size, cfg.rms_norm_eps
-        self.self_attn = _Attention(cfg)
+        self.self_attn = _Attention(cfg, 2 * h)
         self.mlp = LlamaMLP(cfg)
         self.input_layernorm = LlamaRMSNorm(h, eps)
         self.hidden_norm = LlamaRMSNorm(h, eps)
@@ -97,7 +97,7 @@ class Eagle3Head(nn.Module):
         """Training-time test: logits [B, T, V] of each of `steps` unrolled steps.
 
         Args:
-            aux: the target's aux layer outputs [B, T, n_aux * H].
+            aux: the target's features named by `feature`: aux layer outputs [B, T, n_aux * H].
             ids: the sequence int64 [B, T]; step j at anchor i reads ids[i + j + 1] (0 past the end).
             steps: unrolled steps (>= 1).
 
@@ -106,7 +106,7 @@ class Eagle3Head(nn.Module):
         """
         b, t = ids.shape
         mid = self.midlayer
-        g = self.fc(aux)  # [B, T, H]
+        g = self._first_hidden(aux)  # [B, T, H]
         anchors = torch.arange(t).expand(b, t)
         causal = torch.ones(t, t, dtype=torch.bool).tril()
         k0 = v0 = None
@@ -114,7 +114,7 @@ class Eagle3Head(nn.Module):
         scale = 1.0 / math.sqrt(self.head_dim)
         for j in range(steps):
             tok = F.pad(ids[:, j + 1:], (0, j + 1))  # [B, T]
-            x = torch.cat([mid.input_layernorm(F.embedding(tok, self.embed)), mid.hidden_norm(g)], -1)
+            x, g = self._layer_input(F.embedding(tok, self.embed), g)
             q, k, v = self._qkv(x, anchors + j)
             if j == 0:
                 k0, v0 = k, v
@@ -128,9 +128,25 @@ class Eagle3Head(nn.Module):
                 ctx = p[..., :t] @ v0 + (p[..., t:, None] * torch.stack(diag_v, -2)).sum(-2)
             r = g + mid.self_attn.o_proj(ctx.transpose(1, 2).reshape(b, t, -1))
             r = r + mid.mlp(mid.post_attention_layernorm(r))
-            out.append(self.lm_head(self.norm(r)))
+            out.append(self._readout(r))
             g = r
         return out
+
+    # The three places EAGLE-3 and EAGLE-1 differ (see models.eagle1).
+    feature = "aux"  # which HeadData field `unrolled` reads
+
+    def _first_hidden(self, features: torch.Tensor) -> torch.Tensor:
+        """Step 0's hidden state from the target's features: fc over the fused aux layers."""
+        return self.fc(features)
+
+    def _layer_input(self, emb: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(attention input [.., 2H], residual [.., H]) from token embeddings and hidden state."""
+        mid = self.midlayer
+        return torch.cat([mid.input_layernorm(emb), mid.hidden_norm(g)], -1), g
+
+    def _readout(self, r: torch.Tensor) -> torch.Tensor:
+        """Logits [.., V] from the layer output (pre-norm residual stream)."""
+        return self.lm_head(self.norm(r))
 
     def export(self, out: Path, target_config: LlamaConfig) -> None:
         """Writes `config.json` + `model.safetensors` in the layout vLLM 0.32's

@@ -1,7 +1,8 @@
-"""The heads pipeline: target-written data → target features → EAGLE-3 / Medusa training → export.
+"""The heads pipeline: target-written data → target features → EAGLE-3 / Medusa / EAGLE-1 training
+→ export.
 
 Determinism: the data come from one `torch.Generator` seeded with `seed`, each head's batches from
-its own (`seed + 1` EAGLE-3, `seed + 2` Medusa), head init from `torch.manual_seed`, all under
+its own (`seed + 1` EAGLE-3, `seed + 2` Medusa, `seed + 3` EAGLE-1), head init from `torch.manual_seed`, all under
 `torch.use_deterministic_algorithms(True)`: the same parameters, target and thread count give
 byte-identical `model.safetensors`, whichever subset of heads is built.
 """
@@ -17,6 +18,7 @@ import torch
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 from models.corpus import load_corpus
+from models.eagle1 import Eagle1Head
 from models.eagle3 import Eagle3Head
 from models.head_data import HeadData, target_features, write_sequences
 from models.head_params import HeadParams
@@ -77,6 +79,19 @@ def train_eagle3(target: LlamaForCausalLM, data: HeadData, heldout: HeadData,
                   "heldout": eagle3_agreement(head, target, heldout, params.ttt_steps)}
 
 
+def train_eagle1(target: LlamaForCausalLM, data: HeadData, heldout: HeadData,
+                 params: HeadParams) -> tuple[Eagle1Head, dict]:
+    """Trains an EAGLE-1 head with training-time test; returns it and its report."""
+    head = Eagle1Head(target, params.seed)
+    before = eagle3_agreement(head, target, heldout, params.ttt_steps)
+    stats = train(head, row_batches(data, params.batch_size,
+                                    torch.Generator().manual_seed(params.seed + 3)),
+                  eagle3_loss(head, target, data, params.ttt_steps, params.ttt_decay),
+                  Schedule(params.eagle_steps, params.eagle3_lr, params.warmup_steps), desc="eagle")
+    return head, {"train": _train_report(stats), "untrained_heldout": before,
+                  "heldout": eagle3_agreement(head, target, heldout, params.ttt_steps)}
+
+
 def train_medusa(target: LlamaForCausalLM, data: HeadData, heldout: HeadData,
                  params: HeadParams) -> tuple[MedusaHeads, dict]:
     """Trains Medusa-1 heads on the frozen target; returns them and their report."""
@@ -107,6 +122,9 @@ def train_heads(models: Path, params: HeadParams, dirs: dict[str, Path], threads
             t = time.perf_counter()
             if kind == "eagle3":
                 head, report = train_eagle3(target, data, heldout, params)
+                head.export(out, target.config)
+            elif kind == "eagle":
+                head, report = train_eagle1(target, data, heldout, params)
                 head.export(out, target.config)
             else:
                 head, report = train_medusa(target, data, heldout, params)

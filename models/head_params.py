@@ -34,6 +34,9 @@ class HeadParams:
     ttt_decay: float = 0.8
     eagle3_steps: int = 240
     eagle3_lr: float = 3e-3
+    # EAGLE-1 (opt-in, `--kinds eagle`): one layer over the target's final hidden state, same
+    # training-time test and learning rate as EAGLE-3.
+    eagle_steps: int = 240
     # Medusa-1: K heads on the frozen target's final (post-norm) hidden state; head k predicts the
     # token k + 2 ahead.
     medusa_heads: int = 5
@@ -49,7 +52,7 @@ class HeadParams:
                      "batch_size", "eval_sequences"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
-        for name in ("eagle3_steps", "medusa_steps", "warmup_steps"):
+        for name in ("eagle3_steps", "eagle_steps", "medusa_steps", "warmup_steps"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
         if len(set(self.aux_layer_ids)) != len(self.aux_layer_ids) or min(self.aux_layer_ids) < 1:

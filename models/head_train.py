@@ -48,12 +48,14 @@ def _step_pairs(logits: list[torch.Tensor], target_logp: torch.Tensor):
 
 def eagle3_loss(head: Eagle3Head, target: LlamaForCausalLM, data: HeadData, steps: int,
                 decay: float) -> Callable[[torch.Tensor], torch.Tensor]:
-    """Loss fn: Σ_j decay^j KL_j / Σ_j decay^j over `steps` unrolled training-time-test steps."""
+    """Loss fn: Σ_j decay^j KL_j / Σ_j decay^j over `steps` unrolled training-time-test steps
+    (EAGLE-3 or EAGLE-1: the head's `feature` names the target features it reads)."""
     weights = [decay ** j for j in range(steps)]
 
     def loss(batch: torch.Tensor) -> torch.Tensor:
         d = data.rows(batch[:, 0])
-        pairs = _step_pairs(head.unrolled(d.aux, d.ids, steps), target_logprobs(target, d.final))
+        features = getattr(d, head.feature)
+        pairs = _step_pairs(head.unrolled(features, d.ids, steps), target_logprobs(target, d.final))
         return sum(w * _kl(h, t) for w, (h, t) in zip(weights, pairs)) / sum(weights)
     return loss
 
@@ -86,10 +88,10 @@ def agreement(logits: list[torch.Tensor], target: LlamaForCausalLM, data: HeadDa
 
 
 def eagle3_agreement(head: Eagle3Head, target: LlamaForCausalLM, data: HeadData, steps: int) -> dict:
-    """`agreement` of an EAGLE-3 head unrolled `steps` times over `data`."""
+    """`agreement` of an EAGLE-3 (or EAGLE-1, a subclass) head unrolled `steps` times over `data`."""
     head.eval()
     with torch.no_grad():
-        return agreement(head.unrolled(data.aux, data.ids, steps), target, data)
+        return agreement(head.unrolled(getattr(data, head.feature), data.ids, steps), target, data)
 
 
 def medusa_agreement(heads: MedusaHeads, target: LlamaForCausalLM, data: HeadData) -> dict:

@@ -1,10 +1,12 @@
-"""`python -m models.heads`: trains the EAGLE-3 head and the Medusa heads on the built target.
+"""`python -m models.heads`: trains the EAGLE-3 head and the Medusa heads (and, opt-in, an EAGLE-1
+head) on the built target.
 
 Output, next to the lab's `target/` (default `$SPECSERVE_MODELS_DIR`, else
 `~/.cache/specserve/models`)::
 
     eagle3/   config.json + model.safetensors (vLLM LlamaForCausalLMEagle3), report.json, manifest.json
     medusa/   config.json + model.safetensors (vLLM MedusaModel), report.json, manifest.json
+    eagle/    config.json + model.safetensors (vLLM EagleLlamaForCausalLM); only with --kinds eagle
 
 Each folder is built atomically (`models.manifest.atomic_dir`) and is cached by its own digest:
 sha256 of `HEADS_CODE_VERSION`, the head's fields of `HeadParams` and the target build's digest, so
@@ -30,12 +32,14 @@ from pathlib import Path
 from models.head_params import HEADS_CODE_VERSION, HeadParams
 from models.manifest import MANIFEST_NAME, atomic_dir, default_models_dir, read_manifest, write_json
 
-HEAD_KINDS = ("eagle3", "medusa")
+HEAD_KINDS = ("eagle3", "medusa", "eagle")
+DEFAULT_KINDS = ("eagle3", "medusa")  # what `make models` builds; EAGLE-1 is opt-in
 REPORT_NAME = "report.json"
 _COMMON = ("seed", "sequences", "prompt_len", "new_tokens", "temperatures", "batch_size",
            "warmup_steps", "eval_sequences")
 _FIELDS = {"eagle3": _COMMON + ("aux_layer_ids", "ttt_steps", "ttt_decay", "eagle3_steps", "eagle3_lr"),
-           "medusa": _COMMON + ("medusa_heads", "medusa_steps", "medusa_lr")}
+           "medusa": _COMMON + ("medusa_heads", "medusa_steps", "medusa_lr"),
+           "eagle": _COMMON + ("ttt_steps", "ttt_decay", "eagle_steps", "eagle3_lr")}
 
 
 def head_digest(kind: str, params: HeadParams, target_digest: str) -> str:
@@ -54,7 +58,7 @@ def _target_digest(models: Path) -> str:
 
 
 def build_heads(models: Path | None = None, params: HeadParams | None = None,
-                kinds: tuple[str, ...] = HEAD_KINDS, force: bool = False, threads: int = 1,
+                kinds: tuple[str, ...] = DEFAULT_KINDS, force: bool = False, threads: int = 1,
                 out: Path | None = None) -> dict[str, dict]:
     """Builds (or finds cached) each head in `kinds`; returns {kind: report.json content}.
 
@@ -120,9 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m models.heads", description=__doc__.split("\n")[0])
     parser.add_argument("--models", type=Path, default=None,
                         help=f"lab folder with target/ (default: {default_models_dir()})")
-    parser.add_argument("--kinds", nargs="+", choices=HEAD_KINDS, default=list(HEAD_KINDS))
+    parser.add_argument("--kinds", nargs="+", choices=HEAD_KINDS, default=list(DEFAULT_KINDS),
+                        help="heads to build (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=d.seed, help="random seed")
     parser.add_argument("--eagle3-steps", type=int, default=d.eagle3_steps, help="EAGLE-3 steps")
+    parser.add_argument("--eagle-steps", type=int, default=d.eagle_steps, help="EAGLE-1 steps")
     parser.add_argument("--medusa-steps", type=int, default=d.medusa_steps, help="Medusa steps")
     parser.add_argument("--sequences", type=int, default=d.sequences,
                         help="target-written training sequences")
@@ -130,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="retrain even if cached")
     args = parser.parse_args(argv)
     params = replace(d, seed=args.seed, eagle3_steps=args.eagle3_steps,
-                     medusa_steps=args.medusa_steps, sequences=args.sequences)
+                     eagle_steps=args.eagle_steps, medusa_steps=args.medusa_steps,
+                     sequences=args.sequences)
     reports = build_heads(args.models, params, tuple(args.kinds), args.force, args.threads)
     print(summary(reports))
     return 0

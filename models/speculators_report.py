@@ -175,7 +175,12 @@ def main(argv: list[str] | None = None) -> int:
                 if spec is None:
                     print(f"skip {method} k={k}: no checkpoint under {models}")
                     continue
-                result = run_engine(target, spec, prompts, tasks, args.max_tokens)
+                try:
+                    result = run_engine(target, spec, prompts, tasks, args.max_tokens)
+                except Exception as e:  # one broken checkpoint must not hide the others' rows
+                    print(f"{method} k={k}: engine failed: {type(e).__name__}: {e}", flush=True)
+                    lossless = False
+                    continue
                 summary = summarize(result, vanilla["outputs"], tasks)
                 report["methods"].setdefault(method, {})[str(k)] = summary
                 lossless &= result["outputs"] == vanilla["outputs"]

@@ -12,13 +12,14 @@ import torch
 from safetensors import safe_open
 
 from models import head_lab
+from models.eagle1 import Eagle1Head
 from models.eagle3 import Eagle3Head
 from models.head_params import HeadParams
-from models.heads import build_heads
+from models.heads import HEAD_KINDS, build_heads
 from models.medusa import MedusaHeads
 
 TINY = HeadParams(sequences=4, prompt_len=16, new_tokens=24, eval_sequences=2, eagle3_steps=2,
-                  medusa_steps=2, ttt_steps=3, medusa_heads=3, batch_size=2, warmup_steps=1)
+                  eagle_steps=2, medusa_steps=2, ttt_steps=3, medusa_heads=3, batch_size=2, warmup_steps=1)
 
 
 def _tensors(folder: Path) -> dict[str, tuple[int, ...]]:
@@ -29,17 +30,18 @@ def _tensors(folder: Path) -> dict[str, tuple[int, ...]]:
 @pytest.fixture(scope="module")
 def tiny_build(lab, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("heads")
-    build_heads(Path(lab), TINY, out=out)
+    build_heads(Path(lab), TINY, kinds=HEAD_KINDS, out=out)
     return out
 
 
 def test_short_training_is_deterministic_and_cached(lab, tiny_build, tmp_path):
-    again = build_heads(Path(lab), TINY, out=tmp_path)
-    for kind in ("eagle3", "medusa"):
+    again = build_heads(Path(lab), TINY, kinds=HEAD_KINDS, out=tmp_path)
+    for kind in HEAD_KINDS:
         assert ((tmp_path / kind / "model.safetensors").read_bytes()
                 == (tiny_build / kind / "model.safetensors").read_bytes())
         assert not again[kind].get("cached")
-    assert all(r["cached"] for r in build_heads(Path(lab), TINY, out=tmp_path).values())
+    assert all(r["cached"] for r in build_heads(Path(lab), TINY, kinds=HEAD_KINDS,
+                                                 out=tmp_path).values())
 
 
 def test_other_seed_gives_other_weights(lab, tiny_build, tmp_path):
@@ -65,6 +67,18 @@ def test_eagle3_export_is_vllm_layout(lab, tiny_build):
             "midlayer.mlp.gate_proj.weight"} <= shapes.keys()
     # Full draft vocab: vLLM refuses a d2t then; embed_tokens absent: the target's is shared.
     assert not any("d2t" in k or "embed_tokens" in k for k in shapes)
+
+
+def test_eagle1_export_is_vllm_layout(lab, tiny_build):
+    target = json.loads((Path(lab) / "target" / "config.json").read_text())
+    h = target["hidden_size"]
+    cfg = json.loads((tiny_build / "eagle" / "config.json").read_text())
+    assert cfg["architectures"] == ["EagleLlamaForCausalLM"] and cfg["num_hidden_layers"] == 1
+    shapes = _tensors(tiny_build / "eagle")
+    assert shapes["fc.weight"] == (h, 2 * h)
+    assert shapes["layers.0.self_attn.q_proj.weight"] == (h, h)
+    # No input_layernorm (vLLM replaces it by Identity); embed and lm_head are the target's.
+    assert all(k.startswith(("fc.", "layers.0.")) and "input_layernorm" not in k for k in shapes)
 
 
 def test_medusa_export_is_vllm_layout(lab, tiny_build):
@@ -111,7 +125,7 @@ MAX_TOKENS = 48
 
 @pytest.fixture(scope="module")
 def heads(lab) -> dict[str, dict]:
-    return build_heads(Path(lab))
+    return build_heads(Path(lab), kinds=HEAD_KINDS)
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +151,7 @@ def vanilla(lab, held_out):
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize("kind", ["eagle3", "medusa"])
+@pytest.mark.parametrize("kind", HEAD_KINDS)
 def test_trained_head_is_lossless_and_beats_untrained(lab, heads, held_out, vanilla, kind, tmp_path):
     params = HeadParams()
     k = params.medusa_heads if kind == "medusa" else 4
@@ -145,15 +159,18 @@ def test_trained_head_is_lossless_and_beats_untrained(lab, heads, held_out, vani
                          "num_speculative_tokens": k}, held_out)
     assert trained["outputs"] == vanilla
     target = head_lab.load_target(Path(lab))
-    untrained = (Eagle3Head(target, params.aux_layer_ids, seed=0) if kind == "eagle3"
-                 else MedusaHeads(target, params.medusa_heads))
-    (untrained.export(tmp_path, target.config) if kind == "eagle3" else untrained.export(tmp_path))
+    if kind == "medusa":
+        MedusaHeads(target, params.medusa_heads).export(tmp_path)
+    else:
+        untrained = (Eagle3Head(target, params.aux_layer_ids, seed=0) if kind == "eagle3"
+                     else Eagle1Head(target, seed=0))
+        untrained.export(tmp_path, target.config)
     base = _run(lab, {"method": kind, "model": str(tmp_path), "num_speculative_tokens": k}, held_out)
     assert base["outputs"] == vanilla
     (acc, drafts), (acc0, drafts0) = _accepted(trained), _accepted(base)
     per_draft, per_draft0 = acc / drafts, acc0 / max(drafts0, 1)
-    # An untrained EAGLE-3 head accepts ~nothing; untrained Medusa heads repeat the target's
-    # next-token guess. Measured ratios: see models/README.md.
+    # An untrained EAGLE-3 head accepts ~nothing; untrained EAGLE-1 and Medusa heads start from
+    # the target's hidden state and lm_head, i.e. repeat its next-token guess. Measured ratios: see models/README.md.
     assert per_draft >= 2 * per_draft0 + 0.3, (per_draft, per_draft0)
 
 
