@@ -2,7 +2,8 @@
 
     specserve serve [--config FILE]      local Ray + the Serve app on the config's host:port
     specserve validate [--config FILE]   check a config (names the failing field), print it resolved
-    specserve models build [...]         the model lab (see `specserve models build --help`)
+    specserve models build [...]         the model lab: target, draft, then EAGLE-3/Medusa heads
+    specserve models heads|report [...]  heads only (models/heads.py); speculators report via vLLM
     specserve render [...]               KubeRay manifests from a config (cluster/kube_cli.py)
     specserve cluster VERB [...]         apply / status / scale / upgrade / submit-batch / delete
     specserve batch --input F --output F offline generation over an OpenAI Batch API file
@@ -78,10 +79,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_models_build(args: argparse.Namespace, rest: list[str]) -> int:
+def cmd_models(args: argparse.Namespace, rest: list[str]) -> int:
+    """`build`: target + draft (models.build, flags passed through), then the speculator heads
+    (models.heads, defaults); `heads`: the heads only, flags passed through; `report`: the
+    speculators report through vLLM (models.speculators_report)."""
     from models.build import main as build_main
+    from models.heads import main as heads_main
+    from models.speculators_report import main as report_main
 
-    return build_main(rest)
+    if args.action == "heads":
+        return heads_main(rest)
+    if args.action == "report":
+        return report_main(rest)
+    return build_main(rest) or heads_main([])
 
 
 def cmd_batch(args: argparse.Namespace, rest: list[str]) -> int:
@@ -102,7 +112,7 @@ def parser() -> argparse.ArgumentParser:
             s.add_argument("--address", default=None, help="Ray address (default: start local)")
             s.add_argument("--no-block", action="store_true", help="return once serving")
     m = sub.add_parser("models", help="the model lab")
-    m.add_argument("action", choices=["build"])
+    m.add_argument("action", choices=["build", "heads", "report"])
     sub.add_parser("render", add_help=False, help="KubeRay manifests from a config")
     sub.add_parser("cluster", add_help=False, help="operate the RayService on Kubernetes")
     sub.add_parser("batch", add_help=False, help="offline generation over an OpenAI Batch API "
@@ -115,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     args, rest = parser().parse_known_args(argv)
     try:
         if args.command == "models":
-            return cmd_models_build(args, rest)
+            return cmd_models(args, rest)
         if args.command in ("render", "cluster"):
             return kube_cli.main([args.command, *rest])
         if args.command == "batch":

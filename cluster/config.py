@@ -261,18 +261,19 @@ def read_config_value(model_path: str, key: str) -> int | None:
 
 
 def check_speculator_matches_target(cfg: SpecserveConfig) -> None:
-    """Refuses a draft model whose vocabulary differs from the target's (../shared/cases #6).
+    """Refuses a speculator checkpoint whose vocabulary differs from the target's (../shared/cases #6).
 
     A draft with another vocab proposes token ids that mean something else to the target: vLLM
-    would serve it with near-zero acceptance or, for a larger draft vocab, out-of-range ids.
-    Only `draft_model` is checked: EAGLE/Medusa heads share the target's embedding or map their
-    reduced vocab through `d2t`. Skipped when either checkpoint is not on this machine.
+    would serve it with near-zero acceptance or, for a larger draft vocab, out-of-range ids. Every
+    checkpoint method is checked on its config's `vocab_size`: a draft model's, an EAGLE/EAGLE-3
+    head's (the target vocab it maps its `draft_vocab_size` into through `d2t`) and Medusa's.
+    Skipped for ngram and when either checkpoint is not on this machine.
 
     Raises:
         ConfigError: naming both vocab sizes and both paths.
     """
     spec = cfg.speculative.speculator
-    if spec.method != "draft_model" or cfg.speculative.num_replicas == 0:
+    if spec.method == "ngram" or cfg.speculative.num_replicas == 0:
         return
     target_v = read_config_value(cfg.model.path, "vocab_size")
     draft_v = read_config_value(spec.model, "vocab_size")
