@@ -19,7 +19,7 @@ import sys
 import time
 
 from cluster import kube_cli
-from cluster.config import DEFAULT_CONFIG_PATH, ConfigError, SpecserveConfig, \
+from cluster.config import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, ConfigError, SpecserveConfig, \
     check_speculator_matches_target
 
 APP_NAME = "specserve"
@@ -51,6 +51,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # Logical CPUs: pools take 1 per tensor-parallel rank + replica, the ingress 0; engines share
     # the physical cores through their OpenMP threads.
     needed = sum(p.num_replicas * (p.tensor_parallel_size + 1) for p in (cfg.vanilla, cfg.speculative))
+    if not args.address:
+        for name, value in RAY_NODE_ENV.items():  # read by the raylet this process starts
+            os.environ.setdefault(name, value)
     ray.init(address=args.address, num_cpus=None if args.address else max(needed, os.cpu_count() or 1),
              include_dashboard=False)
     serve.start(http_options={"host": cfg.server.host, "port": cfg.server.port})

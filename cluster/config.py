@@ -30,6 +30,10 @@ TaskType = Literal["code", "math", "extraction", "chat", "creative"]
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("default.yaml")
 MODELS_DIR_ENV = "SPECSERVE_MODELS_DIR"
+# Environment of every Ray node specserve starts or renders: Ray 2.60 puts each worker in its own
+# process group and kills the group when the worker dies, so a replica that crashes or is killed
+# takes its vLLM engine processes (EngineCore, Worker) with it instead of orphaning them.
+RAY_NODE_ENV = {"RAY_process_group_cleanup_enabled": "1"}
 
 
 def models_dir() -> Path:

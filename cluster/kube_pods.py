@@ -8,7 +8,7 @@ pressure it did not cause), names its ports, mounts the models volume read-only 
 from __future__ import annotations
 
 from cluster.commented_yaml import Doc
-from cluster.config import MODELS_DIR_ENV
+from cluster.config import MODELS_DIR_ENV, RAY_NODE_ENV
 from cluster.kube_config import KubeConfig, WorkerGroupConfig
 
 STAMP_ANNOTATION = "specserve.io/serve-config-hash"
@@ -29,7 +29,9 @@ def _port(name: str, port: int) -> dict:
 
 def _env(kube: KubeConfig, api_keys_env: str | None) -> Doc:
     env = [{"name": MODELS_DIR_ENV, "value": kube.models_mount_path}]
-    doc = "`${models}` in model paths expands to this folder."
+    env += [{"name": k, "value": v} for k, v in RAY_NODE_ENV.items()]
+    doc = ("`${models}` in model paths expands to this folder. A dead Ray worker's process group "
+           "is killed with it (no orphaned vLLM engine holding memory).")
     if api_keys_env:
         env.append({"name": api_keys_env, "valueFrom": Doc(
             "The API keys (comma-separated), never inline: only the ingress reads them.",

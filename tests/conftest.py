@@ -11,7 +11,7 @@ import os
 import httpx
 import pytest
 
-from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig, models_dir
+from cluster.config import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, SpecserveConfig, models_dir
 
 pytest_plugins = ["conftest_kube"]  # real API server fixtures for tests/test_kuberay_*.py
 TEST_PORT = int(os.environ.get("SPECSERVE_TEST_PORT", "8123"))
@@ -49,6 +49,8 @@ def server(serve_config) -> str:
 
     from deployments.app import build_app_from_config
 
+    for name, value in RAY_NODE_ENV.items():  # as `specserve serve` starts Ray
+        os.environ.setdefault(name, value)
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": TEST_PORT})
     serve.run(build_app_from_config(serve_config), name="specserve", route_prefix="/")

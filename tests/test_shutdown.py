@@ -48,10 +48,13 @@ def _alive(p: psutil.Process) -> bool:
         return False
 
 
-@pytest.mark.parametrize("target", ["process", "group"])
-def test_sigterm_of_serve_leaves_no_engine_process(tmp_path: Path, target: str):
-    """SIGTERM to `specserve serve` alone (a process manager), or to its whole process group
-    (`timeout`, Ctrl-C in a terminal), which also hits Ray's and vLLM's processes directly."""
+@pytest.mark.parametrize("target, sig", [("process", signal.SIGTERM), ("group", signal.SIGTERM),
+                                         ("group", signal.SIGINT)],
+                         ids=["sigterm-process", "sigterm-group", "ctrl-c-group"])
+def test_stopping_serve_leaves_no_engine_process(tmp_path: Path, target: str, sig: int):
+    """A signal to `specserve serve` alone (a process manager), or to its whole process group
+    (`timeout` sends SIGTERM to it, Ctrl-C in a terminal SIGINT), which also hits Ray's and vLLM's
+    processes directly."""
     cfg = yaml.safe_load(DEFAULT_CONFIG_PATH.read_text())
     cfg["speculative"]["num_replicas"] = 0
     cfg["vanilla"] |= {"enforce_eager": True, "profile_max_batch": 0}
@@ -72,9 +75,9 @@ def test_sigterm_of_serve_leaves_no_engine_process(tmp_path: Path, target: str):
         engines = _engine_processes(root)
         assert any("EngineCore" in " ".join(p.cmdline()) for p in engines), engines
         if target == "group":
-            os.killpg(proc.pid, signal.SIGTERM)
+            os.killpg(proc.pid, sig)
         else:
-            proc.send_signal(signal.SIGTERM)
+            proc.send_signal(sig)
         rc = proc.wait(EXIT_TIMEOUT_S)
         if target == "process":  # a clean shutdown; a signalled group may exit otherwise
             assert rc == 0, Path(log.name).read_text()[-3000:]
