@@ -19,6 +19,7 @@ import sys
 import time
 
 from cluster import kube_cli
+from cluster.engine_reaper import engine_processes, reap
 from cluster.config import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, ConfigError, SpecserveConfig, \
     check_speculator_matches_target
 
@@ -75,9 +76,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
+        # A second signal (Ctrl-C twice, `timeout -k`) must not cut the shutdown short.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         print("specserve: shutting down", flush=True)
+        engines = engine_processes(os.getpid()) if not args.address else []
         serve.shutdown()
         ray.shutdown()
+        killed = reap(engines)
+        if killed:
+            print(f"specserve: {len(killed)} vLLM engine processes outlived their replicas; "
+                  f"killed {killed}", file=sys.stderr, flush=True)
     return 0
 
 

@@ -1,10 +1,14 @@
 """Stopping `specserve serve` leaves no vLLM engine process behind.
 
 A pool replica's engine runs in child processes (`VLLM::EngineCore`, and `VLLM::Worker` under it,
-~1.7 GB each on the tiny models); they used to outlive SIGTERM of `specserve serve`. Runs its own
-small application (vanilla pool only, no profile) in a subprocess on its own local Ray, so it
-never touches the session's shared application; only the engine processes of that subprocess
-tree are counted (other Ray clusters may run on the same machine).
+~1.7 GB each on the tiny models); they were seen to outlive SIGTERM of `specserve serve`. Three
+layers stop them: the replica's `__del__` shuts its engine down (deployments/pools.py), Ray kills a
+dead worker's process group (cluster/config.py RAY_NODE_ENV), and the CLI reaps survivors
+(cluster/engine_reaper.py, which says so on stderr: a clean stop must not need it).
+
+Runs its own small application (vanilla pool only, no profile) in a subprocess on its own local
+Ray, never touching the session's shared application; only the engine processes of that
+subprocess tree are counted (other Ray clusters may run on the same machine).
 """
 
 from __future__ import annotations
@@ -21,24 +25,13 @@ import pytest
 import yaml
 
 from cluster.config import DEFAULT_CONFIG_PATH
+from cluster.engine_reaper import engine_processes
 
 pytestmark = pytest.mark.serve
 
 PORT = int(os.environ.get("SPECSERVE_TEST_PORT", "8123")) + 50
 READY_TIMEOUT_S = 420
 EXIT_TIMEOUT_S = 120
-
-
-def _engine_processes(root: psutil.Process) -> list[psutil.Process]:
-    """Descendants of `root` whose title vLLM set to `VLLM::...` (EngineCore, Worker)."""
-    out = []
-    for p in root.children(recursive=True):
-        try:
-            if " ".join(p.cmdline()).startswith("VLLM::"):
-                out.append(p)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-    return out
 
 
 def _alive(p: psutil.Process) -> bool:
@@ -64,7 +57,6 @@ def test_stopping_serve_leaves_no_engine_process(tmp_path: Path, target: str, si
     log = (tmp_path / "serve.log").open("w+")
     proc = subprocess.Popen([sys.executable, "-m", "cluster.cli", "serve", "--config", str(config)],
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    root = psutil.Process(proc.pid)
     engines: list[psutil.Process] = []
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -72,15 +64,17 @@ def test_stopping_serve_leaves_no_engine_process(tmp_path: Path, target: str, si
             assert proc.poll() is None, Path(log.name).read_text()[-3000:]
             assert time.monotonic() < deadline, "serve did not come up"
             time.sleep(2)
-        engines = _engine_processes(root)
+        engines = engine_processes(proc.pid)
         assert any("EngineCore" in " ".join(p.cmdline()) for p in engines), engines
         if target == "group":
             os.killpg(proc.pid, sig)
         else:
             proc.send_signal(sig)
         rc = proc.wait(EXIT_TIMEOUT_S)
-        if target == "process":  # a clean shutdown; a signalled group may exit otherwise
-            assert rc == 0, Path(log.name).read_text()[-3000:]
+        out = Path(log.name).read_text()
+        if target == "process":  # a clean shutdown: each replica stopped its own engine
+            assert rc == 0, out[-3000:]
+            assert "outlived their replicas" not in out, out[-3000:]
         deadline = time.monotonic() + 10  # an orphan would live on indefinitely
         while any(_alive(p) for p in engines) and time.monotonic() < deadline:
             time.sleep(0.5)
