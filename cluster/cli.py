@@ -20,7 +20,8 @@ import sys
 import time
 
 from cluster import kube_cli
-from cluster.config import DEFAULT_CONFIG_PATH, ConfigError, SpecserveConfig, \
+from cluster.engine_reaper import engine_processes, reap
+from cluster.config import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, ConfigError, SpecserveConfig, \
     check_speculator_matches_target
 
 APP_NAME = "specserve"
@@ -52,6 +53,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # Logical CPUs: pools take 1 per tensor-parallel rank + replica, the ingress 0; engines share
     # the physical cores through their OpenMP threads.
     needed = sum(p.num_replicas * (p.tensor_parallel_size + 1) for p in (cfg.vanilla, cfg.speculative))
+    if not args.address:
+        for name, value in RAY_NODE_ENV.items():  # read by the raylet this process starts
+            os.environ.setdefault(name, value)
     ray.init(address=args.address, num_cpus=None if args.address else max(needed, os.cpu_count() or 1),
              include_dashboard=False)
     serve.start(http_options={"host": cfg.server.host, "port": cfg.server.port})
@@ -73,9 +77,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
+        # A second signal (Ctrl-C twice, `timeout -k`) must not cut the shutdown short.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         print("specserve: shutting down", flush=True)
+        engines = engine_processes(os.getpid()) if not args.address else []
         serve.shutdown()
         ray.shutdown()
+        killed = reap(engines)
+        if killed:
+            print(f"specserve: {len(killed)} vLLM engine processes outlived their replicas; "
+                  f"killed {killed}", file=sys.stderr, flush=True)
     return 0
 
 

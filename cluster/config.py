@@ -30,6 +30,10 @@ TaskType = Literal["code", "math", "extraction", "chat", "creative"]
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("default.yaml")
 MODELS_DIR_ENV = "SPECSERVE_MODELS_DIR"
+# Environment of every Ray node specserve starts or renders: Ray 2.60 puts each worker in its own
+# process group and kills the group when the worker dies, so a replica that crashes or is killed
+# takes its vLLM engine processes (EngineCore, Worker) with it instead of orphaning them.
+RAY_NODE_ENV = {"RAY_process_group_cleanup_enabled": "1"}
 
 
 def models_dir() -> Path:
@@ -192,6 +196,18 @@ class ServerConfig(_Strict):
     host: str = Field("127.0.0.1", description="Bind address of the Serve HTTP proxy.")
     port: int = Field(8000, ge=1, le=65535, description="Port of the OpenAI-compatible endpoint.")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="Larger request bodies get 413.")
+    api_keys_env: str | None = Field(
+        None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Name of an environment variable "
+        "holding the accepted API keys, comma-separated; when set, every endpoint but /health "
+        "needs `Authorization: Bearer <key>` (401 otherwise). The keys themselves never appear in "
+        "the config, the manifests or the logs (on Kubernetes: kubernetes.api_keys_secret).")
+    max_in_flight_per_replica: int = Field(
+        256, ge=1, description="Admission bound: requests in flight (running or queued) per live "
+        "replica of a pool. A full pool sends the router's own choices to the other pool; when "
+        "both are full (or a forced pool is), the request gets 429 with Retry-After.")
+    retry_after_s: int = Field(1, ge=1, description="Retry-After of a 429 (both pools full) or "
+                               "503 (no pool alive) response, in seconds.")
+    max_n: int = Field(8, ge=1, description="Most choices (`n`) one request may ask for.")
 
 
 class SpecserveConfig(_Strict):

@@ -113,6 +113,13 @@ class KubeConfig(_Strict):
         True, description="Stamp a hash of the Serve config on the pod templates, so a change to "
         "it also rolls out on a new cluster instead of redeploying on the active one in place.")
     batch: BatchConfig = Field(default_factory=BatchConfig, description="The batch RayJob.")
+    api_keys_secret: str | None = Field(
+        None, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", description="Secret holding the API "
+        "keys (comma-separated) under `api_keys_secret_key`; every Ray container gets it as the "
+        "environment variable named by server.api_keys_env (secretKeyRef). Required when "
+        "server.api_keys_env is set.")
+    api_keys_secret_key: str = Field("api-keys", min_length=1, description="Key of the keys in "
+                                     "that Secret.")
 
     @model_validator(mode="after")
     def _check_image(self) -> KubeConfig:

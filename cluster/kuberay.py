@@ -55,6 +55,9 @@ def check_fit(cfg: SpecserveConfig) -> None:
         if path and path.startswith(("/", "~")) and not path.startswith(mount):
             errors.append(f"{field}: {path!r} is not on the models volume; use ${{models}}/... "
                           f"(mounted at {cfg.kubernetes.models_mount_path})")
+    if cfg.server.api_keys_env and not cfg.kubernetes.api_keys_secret:
+        errors.append("kubernetes.api_keys_secret: required when server.api_keys_env is set (the "
+                      "keys reach the pods from a Secret, never from the manifest)")
     if errors:
         raise ConfigError("\n".join(errors))
 
@@ -109,7 +112,8 @@ def cluster_spec(cfg: SpecserveConfig, *, batch: bool = False, stamp: str | None
         pods = math.ceil(pool.num_replicas / replicas_per_pod(name, pool, group))
         groups.append(worker_group(kube, name, group, pool.accelerator == "gpu",
                                    replicas=max(pods, group.min_replicas),
-                                   serve_port=cfg.server.port, stamp=stamp))
+                                   serve_port=cfg.server.port, stamp=stamp,
+                                   api_keys_env=cfg.server.api_keys_env))
     scaler = kube.autoscaler
     return {
         "rayVersion": Doc("Ray version in the image; KubeRay picks its Ray API calls by it.",

@@ -37,9 +37,10 @@ class RouteDecider:
         self.cfg = cfg
         self.pools = list(pools)
         self.estimator = RouteEstimator(cfg.speculative.speculator.num_speculative_tokens)
-        self._tokenizer = load_tokenizer(resolve_path(cfg.model.path))
-        self._speculator_context = (cfg.speculative.speculator.context_len()
-                                    if "speculative" in self.pools else None)
+        self.tokenizer = load_tokenizer(resolve_path(cfg.model.path))
+        # Tokens of context the speculator drafts within (None: unbounded or no speculative pool).
+        self.speculator_context = (cfg.speculative.speculator.context_len()
+                                   if "speculative" in self.pools else None)
         self._last_auto_route: dict[TaskType, Route] = {}  # per task type, for hysteresis
         self._runtime_pin: str | None = None  # None: the config's router.pin
 
@@ -66,18 +67,21 @@ class RouteDecider:
             raise ValueError(f"pin: pool {pin!r} is not configured")
         self._runtime_pin = pin
 
-    def decide(self, body, loads: dict[Route, PoolLoad]) -> tuple[RequestFeatures, Decision]:
+    def decide(self, body, loads: dict[Route, PoolLoad],
+               prompt_len: int | None = None) -> tuple[RequestFeatures, Decision]:
         """Features and route of one request (pops the body's `route` field).
 
         Args:
             body: an OpenAI CompletionRequest or ChatCompletionRequest (vLLM's pydantic models).
             loads: each configured pool's load with the step time this request would see.
+            prompt_len: the prompt's tokens if known (or an upper bound below the speculator's
+                context); None: counted here when it matters.
 
         Raises:
             RequestError: the `route` field is invalid (400).
             ValueError: the request forces a pool the application does not run.
         """
-        features = request_features(body, self._tokenizer, self._speculator_context)
+        features = request_features(body, self.tokenizer, self.speculator_context, prompt_len)
         features = dataclasses.replace(features, expected_tokens=self.estimator.expected_tokens(
             features.task, features.temperature))
         router_cfg = self.cfg.router

@@ -20,11 +20,13 @@ def load_tokenizer(model_path: str) -> Tokenizer | None:
 
 
 def request_features(body, tokenizer: Tokenizer | None = None,
-                     speculator_context: int | None = None) -> RequestFeatures:
+                     speculator_context: int | None = None,
+                     prompt_len: int | None = None) -> RequestFeatures:
     """Features of a CompletionRequest or ChatCompletionRequest.
 
     Pops the `route` extension field so it does not travel to the engine. Counts prompt tokens
-    only when the speculator's context is bounded (a tokenizer pass costs ~10 µs per 1,000 chars).
+    (unless given as `prompt_len`) only when the speculator's context is bounded (a tokenizer pass
+    costs ~10 µs per 1,000 chars).
 
     Raises:
         RequestError: `route` is not one of auto/speculative/vanilla (400).
@@ -38,8 +40,10 @@ def request_features(body, tokenizer: Tokenizer | None = None,
                                               ("logit_bias", bool(body.logit_bias))) if on)
     temperature = 1.0 if body.temperature is None else body.temperature
     beyond = False
-    if speculator_context is not None and max_prompt_tokens(body) >= speculator_context:
-        beyond = prompt_tokens(body, tokenizer) >= speculator_context
+    if speculator_context is not None:
+        if prompt_len is None and max_prompt_tokens(body) >= speculator_context:
+            prompt_len = prompt_tokens(body, tokenizer)
+        beyond = prompt_len is not None and prompt_len >= speculator_context
     return RequestFeatures(task=classify_text(last_user_text(body)), temperature=temperature,
                            requested_route=requested, unsupported_options=unsupported,
                            beyond_speculator_context=beyond)
@@ -90,8 +94,14 @@ def prompt_tokens(body, tokenizer: Tokenizer | None) -> int:
             return len(prompt)
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
             return max(len(p) for p in prompt)
-        text = prompt if isinstance(prompt, str) else "\n".join(prompt or [])
-    return len(tokenizer.encode(text).ids) if tokenizer else len(text) // 4
+        if isinstance(prompt, list) and prompt:  # several prompts: the longest counts
+            return max(_text_tokens(p, tokenizer) for p in prompt)
+        text = prompt if isinstance(prompt, str) else ""
+    return _text_tokens(text, tokenizer)
+
+
+def _text_tokens(text: str, tokenizer: Tokenizer | None) -> int:
+    return len(tokenizer.encode(str(text)).ids) if tokenizer else len(str(text)) // 4
 
 
 def _content_text(content) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import functools
+import dataclasses
 import json
 import logging
 from typing import get_args
@@ -26,14 +26,19 @@ from ray.serve.llm.ingress import OpenAiIngress
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from vllm.entrypoints.generate.base.protocol import StreamOptions
 
-from cluster.config import Route, SpecserveConfig, TaskType
+from cluster.config import Route, SpecserveConfig, TaskType, read_config_value
 from deployments.logs import use_serve_log_handlers
 from deployments.stats import get_board
+from router.admission import admit
+from router.auth import OPEN_PATHS, ApiKeys
 from router.decider import RouteDecider, route_headers
+from router.features import max_prompt_tokens, prompt_tokens
 from router.errors import RequestError, error_response, install_error_handlers
+from router.health import REPLICA_FAILURES, PoolHealth
 from router.metrics import CONTENT_TYPE, RouterMetrics
 from router.policy import PoolLoad, RequestFeatures
 from router.pressure import PressureTracker
+from router.validation import Limits, validate_request
 
 logger = logging.getLogger("specserve.router")
 
@@ -42,16 +47,30 @@ logger = logging.getLogger("specserve.router")
 _ROUTE: contextvars.ContextVar[Route] = contextvars.ContextVar("specserve_route")
 
 
-def build_fastapi_app(max_body_bytes: int) -> FastAPI:
-    """FastAPI app with OpenAI error JSON and a request-size limit (413 above `max_body_bytes`).
+def build_fastapi_app(max_body_bytes: int, api_keys_env: str | None = None) -> FastAPI:
+    """FastAPI app with OpenAI error JSON, optional API keys (401 without a valid
+    `Authorization: Bearer <key>`, see router/auth.py) and a request-size limit (413 above
+    `max_body_bytes`).
 
     CORS is off: a browser client needs an explicit proxy or a future config switch.
     """
     app = FastAPI(title="specserve")
     install_error_handlers(app)
+    keys: list[ApiKeys] = []  # read from the environment in the serving process, on first use
 
     @app.middleware("http")
-    async def _limit_body(request: Request, call_next):
+    async def _guard(request: Request, call_next):
+        if api_keys_env and request.url.path not in OPEN_PATHS:
+            if not keys:
+                try:
+                    keys.append(ApiKeys.from_env(api_keys_env))
+                except ValueError:
+                    logger.exception("API keys unavailable: refusing every request")
+                    keys.append(ApiKeys([]))
+            if not keys[0].allows(request.headers.get("authorization")):
+                return error_response(401, "Missing or invalid API key: send "
+                                      "`Authorization: Bearer <key>`",
+                                      headers={"WWW-Authenticate": "Bearer"})
         length = request.headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > max_body_bytes):
             return error_response(413, f"Request body larger than {max_body_bytes} bytes")
@@ -73,6 +92,8 @@ class SpecserveIngress(OpenAiIngress):
         super().__init__(llm_deployments={model_card.id: next(iter(pools.values()))},
                          model_cards={model_card.id: model_card})
         self._cfg = SpecserveConfig.model_validate(config)
+        if self._cfg.server.api_keys_env:
+            ApiKeys.from_env(self._cfg.server.api_keys_env)  # refuse to start without the keys
         self._handles = {pool: h.options(stream=True) for pool, h in pools.items()}
         replicas = {pool: getattr(self._cfg, pool).num_replicas for pool in pools}
         use_serve_log_handlers()
@@ -83,28 +104,82 @@ class SpecserveIngress(OpenAiIngress):
         self._decider = RouteDecider(self._cfg, pools)
         self._estimator = self._decider.estimator
         self._metrics = RouterMetrics(self._pressure.pool_stats, self._estimator)
+        self._health = PoolHealth()
+        self._limits = Limits(self._cfg.model.max_model_len,
+                              read_config_value(self._cfg.model.path, "vocab_size"),
+                              self._cfg.server.max_n)
         loop = asyncio.get_event_loop()
         self._background = [
-            loop.create_task(self._pressure.run(on_snapshot=functools.partial(
-                self._estimator.update_pools,
-                shared_compute=self._cfg.router.pools_share_compute))),
+            loop.create_task(self._pressure.run(on_snapshot=self._observe)),
             loop.create_task(self._decider.share_forever(self._board, self._replica_id))]
+
+    def _observe(self, snapshot) -> None:
+        self._estimator.update_pools(snapshot, self._cfg.router.pools_share_compute)
+        self._health.observe(snapshot)
 
     def _get_configured_serve_handle(self, model_id: str) -> DeploymentHandle:
         return self._handles[_ROUTE.get()]
 
     def _loads(self) -> dict[Route, PoolLoad]:
-        return self._estimator.with_step_times(self._pressure.loads(),
-                                               self._cfg.router.pools_share_compute)
+        """Each pool's load, live or not, with the step time it would run at with this request."""
+        loads = self._estimator.with_step_times(self._pressure.loads(),
+                                                self._cfg.router.pools_share_compute)
+        return {pool: dataclasses.replace(load, available=self._health.available(pool))
+                for pool, load in loads.items()}
+
+    def _prompt_len(self, body) -> int:
+        """The prompt's length in target tokens where a limit depends on it, else a byte bound
+        (router.features.max_prompt_tokens) already within every limit: short prompts, the
+        common case, skip the tokenizer."""
+        bound = max_prompt_tokens(body)
+        max_tokens = getattr(body, "max_completion_tokens", None) or body.max_tokens or 1
+        context = self._decider.speculator_context
+        if bound + max_tokens <= self._cfg.model.max_model_len and (context is None
+                                                                   or bound < context):
+            return bound
+        return prompt_tokens(body, self._decider.tokenizer)
+
+    def _retry_route(self, failed: Route) -> Route:
+        """Where a request goes after `failed` lost it: the other pool when it is up, else the
+        same pool (Serve picks another of its replicas, if any)."""
+        others = [p for p in self._handles if p != failed and self._health.available(p)]
+        return others[0] if others else failed
+
+    async def _forward(self, body, call_method: str, raw_request: Request | None,
+                       route: Route) -> Response:
+        """The pool's response; counts it in flight until it ends (streams: in `_relay`)."""
+        _ROUTE.set(route)
+        self._pressure.start(route)
+        try:
+            response = await super()._process_llm_request(body, call_method, raw_request)
+        except BaseException:
+            self._pressure.finish(route)
+            raise
+        if not isinstance(response, StreamingResponse):
+            self._pressure.finish(route)
+        return response
 
     async def _process_llm_request(self, body, call_method: str,
                                    raw_request: Request | None = None) -> Response:
         await self._get_model_id(body.model)  # 404 before any decision is counted
+        prompt_len = self._prompt_len(body)
+        validate_request(body, prompt_len, self._limits)
         loads = self._loads()
+        retry_after = {"Retry-After": str(self._cfg.server.retry_after_s)}
+        if not any(load.available for load in loads.values()):
+            return error_response(503, "No pool has a live replica; retry later",
+                                  headers=retry_after)
         try:
-            features, decision = self._decider.decide(body, loads)
+            features, decision = self._decider.decide(body, loads, prompt_len)
         except ValueError as e:
             raise RequestError(400, str(e), "route") from None
+        admitted = admit(decision, loads, self._cfg.server.max_in_flight_per_replica)
+        if admitted is None:
+            self._metrics.observe_decision(decision.route, "rejected_overload", features.task, None)
+            return error_response(429, "Both pools are at their in-flight bound; retry later",
+                                  headers={**retry_after, "x-specserve-route": decision.route,
+                                           "x-specserve-reason": decision.reason})
+        decision = admitted
         route = decision.route
         self._metrics.observe_decision(route, decision.reason, features.task, decision.speedup)
         logger.info(json.dumps({
@@ -121,22 +196,31 @@ class SpecserveIngress(OpenAiIngress):
             # vLLM reports a stream's acceptance only on its final usage chunk: ask for it, learn
             # from it, and drop it before the client sees it.
             body.stream_options, strip_usage = StreamOptions(include_usage=True), True
-        _ROUTE.set(route)
-        self._pressure.start(route)
-        try:
-            response = await super()._process_llm_request(body, call_method, raw_request)
-        except OpenAIHTTPException as e:  # the engine refused it: say which path did
-            self._pressure.finish(route)
-            return error_response(e.status_code, e.message, headers=headers)
-        except BaseException:
-            self._pressure.finish(route)
-            raise
+        for attempt in (1, 2):  # a replica failure before any output is retried once
+            try:
+                response = await self._forward(body, call_method, raw_request, route)
+                break
+            except OpenAIHTTPException as e:  # the engine refused it: say which path did
+                return error_response(e.status_code, e.message, headers=headers)
+            except REPLICA_FAILURES as e:
+                self._health.failed(route)
+                retry = self._retry_route(route)
+                logger.warning(json.dumps({"event": "replica_failure", "route": route,
+                                           "attempt": attempt, "error": type(e).__name__,
+                                           "retry_route": retry if attempt == 1 else None}))
+                if attempt == 2:
+                    return error_response(503, f"The {route} pool lost the request twice; retry "
+                                          "later", headers={**headers, **retry_after})
+                headers["x-specserve-retried"] = "1"
+                if retry != route:
+                    headers.update({"x-specserve-route": retry,
+                                    "x-specserve-reason": "pool_unavailable"})
+                    route = retry
         response.headers.update(headers)
         if isinstance(response, StreamingResponse):
             response.body_iterator = self._relay(response.body_iterator, route, features,
                                                  strip_usage)
         else:
-            self._pressure.finish(route)
             if route == "speculative" and isinstance(response, JSONResponse):
                 self._learn(json.loads(response.body), features)
         return response
@@ -145,9 +229,15 @@ class SpecserveIngress(OpenAiIngress):
         self._decider.learn(features, payload)
 
     async def _relay(self, packets, route: Route, features: RequestFeatures, strip_usage: bool):
-        """Streams SSE packets through; learns from (and maybe drops) the usage event."""
+        """Streams SSE packets through; learns from (and maybe drops) the usage event.
+
+        A pool failure after the stream began cannot be retried (the client has output): the
+        stream ends with an OpenAI error event and `[DONE]`, never by hanging or a cut connection.
+        A client that goes away closes this generator, which cancels the pool's request (vLLM
+        aborts it in the engine).
+        """
         try:
-            async for packet in packets:
+            async for packet in self._guarded(packets, route):
                 if '"speculative_decoding"' in packet:
                     kept = []
                     for event in packet.split("\n\n"):
@@ -162,6 +252,18 @@ class SpecserveIngress(OpenAiIngress):
                 yield packet
         finally:
             self._pressure.finish(route)
+
+    async def _guarded(self, packets, route: Route):
+        try:
+            async for packet in packets:
+                yield packet
+        except Exception as e:  # not BaseException: cancellation (client gone) propagates
+            if isinstance(e, REPLICA_FAILURES):
+                self._health.failed(route)
+            logger.warning(json.dumps({"event": "stream_failure", "route": route,
+                                       "error": type(e).__name__}))
+            yield sse_error(503, f"The {route} pool failed mid-stream ({type(e).__name__}); "
+                            "the output so far is incomplete")
 
     async def metrics(self) -> Response:
         """Prometheus text: decisions, pool pressure and spec-decode counters."""
@@ -206,6 +308,12 @@ class SpecserveIngress(OpenAiIngress):
         """200 while the ingress runs; lists each pool's live replicas and in-flight requests."""
         return {"status": "ok", "pools": {p: {"replicas": load.replicas, "in_flight": load.in_flight}
                                           for p, load in self._pressure.loads().items()}}
+
+
+def sse_error(status: int, message: str) -> str:
+    """An OpenAI error event followed by the end of the stream."""
+    body = json.loads(error_response(status, message).body)
+    return f"data: {json.dumps(body)}\n\ndata: [DONE]\n\n"
 
 
 ENDPOINTS = {

@@ -23,6 +23,8 @@ from cluster.config import Route, RouterConfig, TaskType
 RequestedRoute = Literal["auto", "speculative", "vanilla"]
 Reason = Literal[
     "requested",              # the request's `route` field forced the path
+    "pool_unavailable",       # the other pool has no live replica (router/health.py)
+    "pool_saturated",         # the chosen pool is at its in-flight bound (router/admission.py)
     "pinned",                 # router.pin in the config forced the path
     "only_pool",              # the other pool is not configured
     "unsupported_option",     # min_p / logit_bias: vLLM refuses them under speculative decoding
@@ -68,11 +70,13 @@ class PoolLoad:
         in_flight: requests in flight to it from every ingress replica.
         step_s: predicted seconds per engine step at the per-replica batch it would run with this
             request, (in_flight + 1) / replicas; None until profiled or sampled.
+        available: it can take a request now (router/health.py).
     """
 
     replicas: int
     in_flight: int
     step_s: float | None = None
+    available: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,15 +98,24 @@ def choose_route(req: RequestFeatures, pools: Mapping[Route, PoolLoad], cfg: Rou
         cfg: the router's settings.
         previous: the last automatic choice for this task type (for hysteresis).
 
+    A pool that is not `available` gets nothing while the other one is (reason
+    `pool_unavailable`, even for a request that asked for it: a dead pool would hold it).
+
     Raises:
         ValueError: the request forces a pool that is not configured.
     """
+    fallback = {p: other for p in pools for other in pools
+                if other != p and not pools[p].available and pools[other].available}
     if req.requested_route != "auto":
         if req.requested_route not in pools:
             raise ValueError(f"route: pool {req.requested_route!r} is not configured")
+        if req.requested_route in fallback:
+            return Decision(fallback[req.requested_route], "pool_unavailable")
         return Decision(req.requested_route, "requested")
     if len(pools) == 1:
         return Decision(next(iter(pools)), "only_pool")
+    if fallback:
+        return Decision(next(iter(fallback.values())), "pool_unavailable")
     if cfg.pin != "auto":
         return Decision(cfg.pin, "pinned")
     if req.unsupported_options:

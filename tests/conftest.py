@@ -11,11 +11,12 @@ import os
 import httpx
 import pytest
 
-from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig, models_dir
+from cluster.config import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, SpecserveConfig, models_dir
 
 pytest_plugins = ["conftest_kube"]  # real API server fixtures for tests/test_kuberay_*.py
 TEST_PORT = int(os.environ.get("SPECSERVE_TEST_PORT", "8123"))
 SPECULATOR_CONTEXT = 256
+MAX_IN_FLIGHT_PER_REPLICA = 32
 
 
 @pytest.fixture(scope="session")
@@ -33,6 +34,8 @@ def serve_config(lab) -> SpecserveConfig:
     for pool in ("vanilla", "speculative"):
         data[pool]["enforce_eager"] = True  # start in seconds; decode speed is not tested here
     data["server"]["port"] = TEST_PORT
+    # An admission bound the overload test can reach (test_routing's burst holds 24 + 1).
+    data["server"]["max_in_flight_per_replica"] = MAX_IN_FLIGHT_PER_REPLICA
     # A speculator context shorter than the target's (1024), for ../shared/cases #9.
     data["speculative"]["speculator"]["max_model_len"] = SPECULATOR_CONTEXT
     return SpecserveConfig.from_dict(data)
@@ -46,6 +49,8 @@ def server(serve_config) -> str:
 
     from deployments.app import build_app_from_config
 
+    for name, value in RAY_NODE_ENV.items():  # as `specserve serve` starts Ray
+        os.environ.setdefault(name, value)
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": TEST_PORT})
     serve.run(build_app_from_config(serve_config), name="specserve", route_prefix="/")

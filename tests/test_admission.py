@@ -1,0 +1,67 @@
+"""Admission control, pool health and the `pool_unavailable` fallback as decision tables."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster.config import RouterConfig
+from deployments.stats import PoolStats
+from router.admission import admit
+from router.health import PoolHealth
+from router.policy import Decision, PoolLoad, RequestFeatures, choose_route
+
+CAP = 4
+
+
+def _pools(spec_in_flight=0, van_in_flight=0, spec_up=True, van_up=True, spec_replicas=1):
+    return {"speculative": PoolLoad(spec_replicas, spec_in_flight, available=spec_up),
+            "vanilla": PoolLoad(1, van_in_flight, available=van_up)}
+
+
+@pytest.mark.parametrize("decision, pools, expected", [
+    (Decision("speculative", "task_gains"), _pools(3), Decision("speculative", "task_gains")),
+    (Decision("speculative", "task_gains"), _pools(4), Decision("vanilla", "pool_saturated")),
+    (Decision("speculative", "task_gains"), _pools(4, spec_replicas=2),
+     Decision("speculative", "task_gains")),             # the bound scales with live replicas
+    (Decision("speculative", "task_gains"), _pools(4, 4), None),
+    (Decision("speculative", "requested"), _pools(4), None),  # a forced pool does not overflow
+    (Decision("vanilla", "speculation_costs"), _pools(0, 4, spec_up=False), None),
+])
+def test_admit(decision, pools, expected):
+    assert admit(decision, pools, CAP) == expected
+
+
+@pytest.mark.parametrize("req, pools, expected", [
+    (RequestFeatures("code", 0.0), _pools(spec_up=False), ("vanilla", "pool_unavailable")),
+    (RequestFeatures("chat", 0.0), _pools(van_up=False), ("speculative", "pool_unavailable")),
+    (RequestFeatures("code", 0.0, requested_route="speculative"), _pools(spec_up=False),
+     ("vanilla", "pool_unavailable")),
+    (RequestFeatures("code", 0.0, requested_route="vanilla"), _pools(spec_up=False),
+     ("vanilla", "requested")),
+    (RequestFeatures("code", 0.0), _pools(), ("speculative", "task_gains")),
+])
+def test_choose_route_avoids_an_unavailable_pool(req, pools, expected):
+    d = choose_route(req, pools, RouterConfig())
+    assert (d.route, d.reason) == expected
+
+
+class _Clock:
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_pool_health_after_a_failure_and_a_restart():
+    clock = _Clock()
+    health = PoolHealth(hold_s=5.0, clock=clock)
+    assert health.available("speculative")              # nothing known yet: assume up
+    health.observe({"speculative": PoolStats(replicas=1), "vanilla": PoolStats(replicas=1)})
+    health.failed("speculative")
+    assert not health.available("speculative") and health.available("vanilla")
+    clock.t += 5.0
+    health.observe({"vanilla": PoolStats(replicas=1)})  # the dead replica left the board
+    assert not health.available("speculative")          # seen before, no replica now
+    health.observe({"speculative": PoolStats(replicas=1), "vanilla": PoolStats(replicas=1)})
+    assert health.available("speculative")              # its replacement reports

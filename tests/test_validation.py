@@ -1,0 +1,64 @@
+"""`validate_request` on real request models: each refusal names its field (400).
+
+(vLLM's request models themselves refuse an empty prompt and stream_options without stream at
+parse time; tests/test_reliability.py checks those through HTTP.)"""
+
+from __future__ import annotations
+
+import pytest
+from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionRequest
+
+from router.errors import RequestError
+from router.validation import Limits, validate_request
+
+LIMITS = Limits(max_model_len=1024, vocab_size=4096, max_n=8)
+
+
+def _completion(**kw):
+    return CompletionRequest(model="m", **{"prompt": "x", **kw})
+
+
+@pytest.mark.parametrize("kw, prompt_len, param", [
+    ({"max_tokens": 0}, 1, "max_tokens"),
+    ({"max_tokens": 1024}, 1, "max_tokens"),            # 1 + 1024 > 1024
+    ({"max_tokens": 1}, 1024, "prompt"),                # the prompt fills the context
+    ({"temperature": -0.1}, 1, "temperature"),
+    ({"temperature": 2.01}, 1, "temperature"),
+    ({"top_p": 0.0}, 1, "top_p"),
+    ({"top_p": 1.01}, 1, "top_p"),
+    ({"n": 0}, 1, "n"),
+    ({"n": 9}, 1, "n"),
+    ({"prompt": []}, 0, "prompt"),
+    ({"prompt": ["a", ""]}, 1, "prompt"),
+    ({"prompt": [[1, 2], []]}, 2, "prompt"),
+    ({"prompt": [1, 4096]}, 2, "prompt"),               # ids are 0..4095
+    ({"prompt": [[1], [4096]]}, 1, "prompt"),
+    ({"use_beam_search": True}, 1, "use_beam_search"),
+])
+def test_refusals_name_the_field(kw, prompt_len, param):
+    with pytest.raises(RequestError) as e:
+        validate_request(_completion(**kw), prompt_len, LIMITS)
+    assert (e.value.status, e.value.param) == (400, param)
+
+
+@pytest.mark.parametrize("kw, prompt_len", [
+    ({"max_tokens": 1023}, 1),                          # exactly fills the context
+    ({"max_tokens": None}, 10),
+    ({"temperature": 0, "top_p": 1, "n": 8}, 1),
+    ({"temperature": 2.0, "stream": True, "stream_options": {"include_usage": True}}, 1),
+    ({"prompt": ["a", "b"]}, 1),
+    ({"prompt": [0, 4095]}, 2),
+    ({"prompt": [[1, 2], [3]]}, 2),
+])
+def test_valid_requests_pass(kw, prompt_len):
+    validate_request(_completion(**kw), prompt_len, LIMITS)
+
+
+def test_chat_bounds_max_completion_tokens_against_the_context():
+    chat = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}],
+                                 max_completion_tokens=1020)
+    with pytest.raises(RequestError) as e:
+        validate_request(chat, 5, LIMITS)
+    assert e.value.param == "max_completion_tokens"
+    assert "at most 1019" in e.value.message
+    validate_request(chat, 4, LIMITS)
