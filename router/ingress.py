@@ -73,7 +73,7 @@ class SpecserveIngress(OpenAiIngress):
                          model_cards={model_card.id: model_card})
         self._cfg = SpecserveConfig.model_validate(config)
         self._handles = {pool: h.options(stream=True) for pool, h in pools.items()}
-        replicas = {pool: getattr(self._cfg, pool).num_replicas for pool in pools}
+        replicas = {pool: self._cfg.initial_replicas(pool) for pool in pools}
         ctx = serve.get_replica_context()
         self._pressure = PressureTracker(get_board(ctx.app_name), ctx.replica_id.unique_id, replicas)
         self._tokenizer = load_tokenizer(resolve_path(self._cfg.model.path))
