@@ -18,6 +18,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
+POLICY_FUNCTION = "deployments.autoscaler:PoolAutoscaler"
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -96,3 +99,15 @@ class AutoscalingConfig(_Strict):
     def pool(self, name: str) -> PoolScalingConfig:
         """Bounds of pool `name` ("vanilla" or "speculative")."""
         return getattr(self, name)
+
+
+def serve_autoscaling_policy(scaling: AutoscalingConfig, tensor_parallel_size: dict[str, int]) -> dict:
+    """The application's `autoscaling_policy` entry of a Serve config (ServeDeploySchema, a
+    RayService's serveConfigV2): Serve instantiates `PoolAutoscaler(**policy_kwargs)` once.
+
+    Args:
+        tensor_parallel_size: {served pool: accelerators per replica}.
+    """
+    return {"policy_function": POLICY_FUNCTION,
+            "policy_kwargs": {"config": scaling.model_dump(mode="json"),
+                              "tensor_parallel_size": dict(tensor_parallel_size)}}

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 import ray
 from ray.util.metrics import Counter
@@ -144,8 +143,3 @@ class PoolAutoscaler:
         """Invocations so far."""
         return self._calls
 
-
-def serve_policy(config: dict, tensor_parallel_size: dict[str, int]) -> dict[str, Any]:
-    """The application's `autoscaling_policy` entry for a Serve config (ServeDeploySchema)."""
-    return {"policy_function": f"{__name__}:PoolAutoscaler",
-            "policy_kwargs": {"config": config, "tensor_parallel_size": tensor_parallel_size}}

@@ -17,9 +17,9 @@ from ray import serve
 from ray.serve.context import _get_global_client
 from ray.serve.schema import ServeDeploySchema
 
+from cluster.autoscaling_config import serve_autoscaling_policy
 from cluster.config import SpecserveConfig
 from deployments.app import build_app_from_config
-from deployments.autoscaler import serve_policy
 
 
 def app_config(cfg: SpecserveConfig, name: str, route_prefix: str = "/") -> dict:
@@ -33,8 +33,8 @@ def app_config(cfg: SpecserveConfig, name: str, route_prefix: str = "/") -> dict
 
 def autoscaling_policy(cfg: SpecserveConfig) -> dict:
     """Serve's application-level `autoscaling_policy` for this config."""
-    return serve_policy(cfg.autoscaling.model_dump(mode="json"),
-                        {p: getattr(cfg, p).tensor_parallel_size for p in cfg.pools()})
+    return serve_autoscaling_policy(cfg.autoscaling,
+                                    {p: getattr(cfg, p).tensor_parallel_size for p in cfg.pools()})
 
 
 def run_app(cfg: SpecserveConfig, name: str, route_prefix: str = "/",

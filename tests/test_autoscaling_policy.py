@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cluster.autoscaling_config import AutoscalingConfig, PoolScalingConfig
-from cluster.config import ConfigError, SpecserveConfig
+from cluster.config import DEFAULT_CONFIG_PATH, ConfigError, SpecserveConfig
 from deployments.autoscaler import MEMORY_BOUND_METRIC, WAITING_METRIC, PoolAutoscaler, pool_view
 from deployments.autoscaling import PoolView, decide
 
@@ -154,3 +154,16 @@ def test_adapter_sees_missing_metrics_of_a_running_replica():
     ctx = _Ctx(2, 3, {WAITING_METRIC: {"r0": 1.0}, MEMORY_BOUND_METRIC: {"r0": 0.5, "r1": 0.7}})
     v = pool_view(ctx, 1)
     assert v.waiting is None and v.memory_bound == pytest.approx(0.6)
+
+
+def test_serve_config_carries_the_application_policy():
+    from ray.serve.config import AutoscalingPolicy
+    from ray.serve.schema import ServeDeploySchema
+
+    from deployments.deploy import app_config
+
+    cfg = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH)
+    schema = ServeDeploySchema(applications=[app_config(cfg, "specserve")])
+    policy = AutoscalingPolicy(**schema.applications[0].autoscaling_policy)
+    instance = policy.get_policy()(**policy.policy_kwargs)  # what Serve's controller does
+    assert isinstance(instance, PoolAutoscaler)
