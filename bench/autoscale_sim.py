@@ -187,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=8)
     ap.add_argument("--budget", type=int, default=8, help="accelerators (replicas here, tp 1)")
     ap.add_argument("--target-ongoing", type=float, default=32.0)
+    ap.add_argument("--downscale-load-fraction", type=float, default=0.8,
+                    help="specserve policy's shrink hysteresis (config downscale_load_fraction)")
     ap.add_argument("--slo-tpot-ms", type=float, default=50.0)
     ap.add_argument("--startup-s", type=float, default=60.0)
     ap.add_argument("--max-num-seqs", type=int, default=128)
@@ -196,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     bounds = PoolScalingConfig(min_replicas=1, max_replicas=args.budget - 1)
     cfg = AutoscalingConfig(enabled=True, budget_accelerators=args.budget, vanilla=bounds,
                             speculative=bounds, upscale_delay_s=30, downscale_delay_s=300,
-                            target_ongoing_requests=args.target_ongoing)
+                            target_ongoing_requests=args.target_ongoing,
+                            downscale_load_fraction=args.downscale_load_fraction)
     trace = list(day_trace(TraceParams(seed=args.seed, hours=args.hours)))
     half = args.budget // 2
     runs = [("specserve policy", "specserve", {}),

@@ -66,7 +66,7 @@ class AutoscalingConfig(_Strict):
         8.0, gt=0, description="Requests in flight per replica (running + queued at the replica) "
         "at which a pool counts as loaded: demand is high at or above it.")
     downscale_load_fraction: float = Field(
-        0.5, gt=0, lt=1, description="Hysteresis: a pool shrinks only when its load spread over "
+        0.8, gt=0, lt=1, description="Hysteresis: a pool shrinks only when its load spread over "
         "one replica fewer stays at or below this fraction of target_ongoing_requests.")
     queue_per_replica_high: float = Field(
         2.0, gt=0, description="Requests waiting in the engines per replica at which a queue "

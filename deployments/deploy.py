@@ -50,10 +50,13 @@ def run_app(cfg: SpecserveConfig, name: str, route_prefix: str = "/",
         return
     client = _get_global_client()
     details = client.get_serve_details()
-    others = [app["deployed_app_config"] for app_name, app in details.get("applications", {}).items()
+    others = [app["deployed_app_config"]
+              for app_name, app in details.get("applications", {}).items()
               if app_name != name and app.get("source") == "declarative"
               and app.get("deployed_app_config")]
-    client.deploy_apps(ServeDeploySchema(applications=[*others, app_config(cfg, name, route_prefix)]))
+    client.deploy_apps(ServeDeploySchema(
+        http_options={"host": cfg.server.host, "port": cfg.server.port},
+        applications=[*others, app_config(cfg, name, route_prefix)]))
     wait_running(name, timeout_s)
 
 

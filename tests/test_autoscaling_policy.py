@@ -11,7 +11,7 @@ from deployments.autoscaler import MEMORY_BOUND_METRIC, WAITING_METRIC, PoolAuto
 from deployments.autoscaling import PoolView, decide
 
 CFG = AutoscalingConfig(enabled=True, budget_accelerators=6, upscale_delay_s=0,
-                        downscale_delay_s=0, target_ongoing_requests=4,
+                        downscale_delay_s=0, target_ongoing_requests=4, downscale_load_fraction=0.5,
                         vanilla=PoolScalingConfig(min_replicas=1, max_replicas=4),
                         speculative=PoolScalingConfig(min_replicas=1, max_replicas=4))
 
