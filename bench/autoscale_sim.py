@@ -153,7 +153,8 @@ def simulate(policy: str, cfg: AutoscalingConfig, trace: list, static: dict[str,
             ongoing = {n: sum(x for _, x in p.recent) / len(p.recent) for n, p in pools.items()}
             if policy == "specserve":
                 views = {n: PoolView(p.running, p.target, ongoing[n], float(len(p.queue)),
-                                     memory_bound_fraction(p.model, p.batch()) if p.running else None)
+                                     memory_bound_fraction(p.model, p.batch())
+                                     if p.running else None)
                          for n, p in pools.items()}
                 decisions, state = decide(views, cfg, state, t)
                 targets = {n: d.replicas for n, d in decisions.items()}

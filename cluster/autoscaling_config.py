@@ -101,7 +101,8 @@ class AutoscalingConfig(_Strict):
         return getattr(self, name)
 
 
-def serve_autoscaling_policy(scaling: AutoscalingConfig, tensor_parallel_size: dict[str, int]) -> dict:
+def serve_autoscaling_policy(scaling: AutoscalingConfig,
+                             tensor_parallel_size: dict[str, int]) -> dict:
     """The application's `autoscaling_policy` entry of a Serve config (ServeDeploySchema, a
     RayService's serveConfigV2): Serve instantiates `PoolAutoscaler(**policy_kwargs)` once.
 

@@ -89,7 +89,8 @@ class Decision:
         return "up" if self.replicas > self.previous else "down"
 
 
-def _wants(name: str, v: PoolView, cfg: AutoscalingConfig, spec_compute_bound: bool) -> tuple[int, str]:
+def _wants(name: str, v: PoolView, cfg: AutoscalingConfig,
+           spec_compute_bound: bool) -> tuple[int, str]:
     """(replicas wanted, reason) for one pool before bounds, budget and delays."""
     if v.replicas == 0:
         return (1, "demand") if v.ongoing > 0 else (v.target, "steady")
@@ -164,8 +165,7 @@ def decide(views: dict[str, PoolView], cfg: AutoscalingConfig, state: dict, now:
         wanted[p] = min(max(wanted[p], bounds.min_replicas), bounds.max_replicas)
     vanilla_first = spec_compute_bound or reasons.get("vanilla") == "queue_building" or (
         reasons.get("speculative") != "memory_bound_demand")
-    order = [p for p in (("vanilla", "speculative") if vanilla_first else ("speculative", "vanilla"))
-             if p in wanted]
+    order = [p for p in (POOLS if vanilla_first else POOLS[::-1]) if p in wanted]
     _fit_budget(wanted, reasons, views, cfg, order)
 
     decisions, new_state = {}, {}

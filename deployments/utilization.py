@@ -78,7 +78,8 @@ class EngineUtilization:
         return None if m is None else Utilization(m)
 
 
-_SAMPLE = re.compile(r'^(DCGM_FI_PROF_DRAM_ACTIVE|DCGM_FI_PROF_PIPE_TENSOR_ACTIVE)\{([^}]*)\}\s+(\S+)')
+_SAMPLE = re.compile(
+    r'^(DCGM_FI_PROF_DRAM_ACTIVE|DCGM_FI_PROF_PIPE_TENSOR_ACTIVE)\{([^}]*)\}\s+(\S+)')
 _GPU_LABEL = re.compile(r'(?:^|,)gpu="([^"]*)"')
 
 
@@ -132,7 +133,8 @@ class DcgmUtilization:
 
 
 _SOURCES: dict[str, Callable[..., UtilizationSource]] = {
-    "engine": lambda *, model, running_batch, dcgm_url, gpus: EngineUtilization(model, running_batch),
+    "engine": lambda *, model, running_batch, dcgm_url, gpus:
+        EngineUtilization(model, running_batch),
     "dcgm": lambda *, model, running_batch, dcgm_url, gpus: DcgmUtilization(dcgm_url, gpus),
 }
 
