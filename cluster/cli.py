@@ -43,16 +43,24 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def max_replicas(cfg, pool: str) -> int:
+    """Most replicas `pool` may run: its autoscaling max_replicas, else num_replicas."""
+    if cfg.autoscaling.enabled:
+        return cfg.autoscaling.pool(pool).max_replicas
+    return getattr(cfg, pool).num_replicas
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     cfg = _load(args.config)
     import ray
     from ray import serve
 
-    from deployments.app import build_app_from_config
+    from deployments.deploy import run_app
 
     # Logical CPUs: pools take 1 per tensor-parallel rank + replica, the ingress 0; engines share
-    # the physical cores through their OpenMP threads.
-    needed = sum(p.num_replicas * (p.tensor_parallel_size + 1) for p in (cfg.vanilla, cfg.speculative))
+    # the physical cores through their OpenMP threads. Autoscaled pools: room for their maximum.
+    needed = sum(max_replicas(cfg, p) * (getattr(cfg, p).tensor_parallel_size + 1)
+                 for p in cfg.pools())
     if not args.address:
         for name, value in RAY_NODE_ENV.items():  # read by the raylet this process starts
             os.environ.setdefault(name, value)
@@ -60,7 +68,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
              include_dashboard=False)
     serve.start(http_options={"host": cfg.server.host, "port": cfg.server.port})
     t0 = time.monotonic()
-    serve.run(build_app_from_config(cfg), name=APP_NAME, route_prefix="/")
+    run_app(cfg, APP_NAME)
     base = f"http://{cfg.server.host}:{cfg.server.port}"
     print(f"specserve ready in {time.monotonic() - t0:.0f} s at {base}  (Ctrl-C stops it)\n"
           f"  curl -si {base}/v1/completions -H 'Content-Type: application/json' -d "

@@ -22,6 +22,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from cluster.autoscaling_config import AutoscalingConfig
 from cluster.kube_config import KubeConfig
 
 SpeculativeMethod = Literal["draft_model", "ngram", "eagle3", "eagle", "medusa"]
@@ -218,6 +219,9 @@ class SpecserveConfig(_Strict):
     speculative: SpeculativePoolConfig = Field(description="Target + speculator pool.")
     router: RouterConfig = Field(default_factory=RouterConfig, description="Routing policy.")
     server: ServerConfig = Field(default_factory=ServerConfig, description="HTTP endpoint.")
+    autoscaling: AutoscalingConfig = Field(default_factory=AutoscalingConfig, description="Both "
+                                           "pools sized by one policy under one accelerator "
+                                           "budget (cluster/autoscaling_config.py).")
     kubernetes: KubeConfig = Field(default_factory=KubeConfig, description="RayService and RayJob "
                                    "rendering (cluster/kuberay.py); unused by `specserve serve`.")
 
@@ -225,7 +229,25 @@ class SpecserveConfig(_Strict):
     def _check_pools(self) -> SpecserveConfig:
         if self.vanilla.num_replicas == 0 and self.speculative.num_replicas == 0:
             raise ValueError("vanilla.num_replicas: at least one pool needs a replica")
+        scaling = self.autoscaling
+        if scaling.enabled:
+            floor = sum(scaling.pool(p).min_replicas * getattr(self, p).tensor_parallel_size
+                        for p in self.pools())
+            if floor > scaling.budget_accelerators:
+                raise ValueError(f"autoscaling: budget_accelerators {scaling.budget_accelerators} "
+                                 f"is below the pools' min_replicas x tensor_parallel_size ({floor})")
         return self
+
+    def pools(self) -> list[Route]:
+        """The pools this config serves (those with `num_replicas` > 0)."""
+        return [p for p in ("vanilla", "speculative") if getattr(self, p).num_replicas > 0]
+
+    def initial_replicas(self, pool: Route) -> int:
+        """Replicas `pool` starts with: its autoscaling `min_replicas` when autoscaling is on,
+        else its `num_replicas`."""
+        if self.autoscaling.enabled:
+            return self.autoscaling.pool(pool).min_replicas
+        return getattr(self, pool).num_replicas
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> SpecserveConfig:

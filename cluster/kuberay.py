@@ -18,6 +18,7 @@ from pathlib import Path
 
 import yaml
 
+from cluster.autoscaling_config import serve_autoscaling_policy
 from cluster.commented_yaml import Default, Doc, dump, plain
 from cluster.config import ConfigError, PoolConfig, SpecserveConfig
 from cluster.kube_config import WorkerGroupConfig
@@ -97,9 +98,12 @@ def app_args(cfg: SpecserveConfig) -> dict:
 
 def serve_config(cfg: SpecserveConfig) -> str:
     """`serveConfigV2`: one application built by `deployments.app:build_app`."""
-    doc = {"http_options": {"host": "0.0.0.0", "port": cfg.server.port},
-           "applications": [{"name": SERVE_APP_NAME, "route_prefix": "/",
-                             "import_path": "deployments.app:build_app", "args": app_args(cfg)}]}
+    app = {"name": SERVE_APP_NAME, "route_prefix": "/",
+           "import_path": "deployments.app:build_app", "args": app_args(cfg)}
+    if cfg.autoscaling.enabled:  # Serve takes an application-level policy only from a config
+        app["autoscaling_policy"] = serve_autoscaling_policy(
+            cfg.autoscaling, {p: getattr(cfg, p).tensor_parallel_size for p in cfg.pools()})
+    doc = {"http_options": {"host": "0.0.0.0", "port": cfg.server.port}, "applications": [app]}
     return yaml.safe_dump(doc, sort_keys=False, width=100)
 
 

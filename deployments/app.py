@@ -39,14 +39,28 @@ def load_config(args: dict) -> SpecserveConfig:
 
 
 def build_app(args: dict) -> Application:
-    """The specserve application: ingress deployment over the configured pools."""
-    return build_app_from_config(load_config(args))
+    """The specserve application: ingress deployment over the configured pools.
+
+    With `autoscaling.enabled` the pools are autoscaled deployments: deploy the application with
+    its `autoscaling_policy` set (`deployments.deploy`, the rendered RayService), since Ray Serve
+    takes an application-level policy only from a declarative config.
+    """
+    cfg = load_config(args)
+    return build_app_from_config(cfg, autoscale=cfg.autoscaling.enabled)
 
 
-def build_app_from_config(cfg: SpecserveConfig) -> Application:
-    """Binds the pools with a replica or more and the ingress in front of them."""
-    pools = {name: build_pool(name, cfg.model, getattr(cfg, name))
-             for name in ("vanilla", "speculative") if getattr(cfg, name).num_replicas > 0}
+def build_app_from_config(cfg: SpecserveConfig, autoscale: bool = False) -> Application:
+    """Binds the pools with a replica or more and the ingress in front of them.
+
+    Args:
+        autoscale: give each pool Serve autoscaling bounds from `cfg.autoscaling` (for
+            `deployments.deploy`); False: each pool starts `cfg.initial_replicas(pool)`, fixed.
+    """
+    pools = {name: build_pool(name, cfg.model, getattr(cfg, name),
+                              pool_deployment_config(cfg, name, autoscale),
+                              {"utilization_source": cfg.autoscaling.utilization_source,
+                               "dcgm_exporter_url": cfg.autoscaling.dcgm_exporter_url})
+             for name in cfg.pools()}
     card = ModelCard(id=cfg.model.served_model_name, object="model", owned_by="specserve",
                      permission=[], metadata={"max_model_len": cfg.model.max_model_len,
                                               "pools": sorted(pools)})
@@ -55,3 +69,20 @@ def build_app_from_config(cfg: SpecserveConfig) -> Application:
     ingress = serve.deployment(ingress_cls, name="router", num_replicas=1,
                                ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1024)
     return ingress.bind(pools=pools, model_card=card, config=cfg.model_dump(mode="json"))
+
+
+def pool_deployment_config(cfg: SpecserveConfig, pool: str, autoscale: bool) -> dict:
+    """Serve deployment options of one pool: fixed replicas, or autoscaling bounds.
+
+    Autoscaled, Serve's own delays are 0: the policy (deployments/autoscaling.py) keeps the
+    configured delays itself, so that each decision and its wait are visible with their reason.
+    """
+    if not autoscale:
+        return {"num_replicas": cfg.initial_replicas(pool)}
+    scaling, bounds = cfg.autoscaling, cfg.autoscaling.pool(pool)
+    return {"autoscaling_config": {
+        "min_replicas": bounds.min_replicas, "max_replicas": bounds.max_replicas,
+        "initial_replicas": bounds.min_replicas, "upscale_delay_s": 0, "downscale_delay_s": 0,
+        "target_ongoing_requests": scaling.target_ongoing_requests,
+        "metrics_interval_s": scaling.metrics_interval_s,
+        "look_back_period_s": scaling.look_back_period_s}}

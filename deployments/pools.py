@@ -20,9 +20,12 @@ from ray.serve.llm.openai_api_models import CompletionRequest
 from vllm.v1.metrics.reader import get_metrics_snapshot
 
 from cluster.config import ModelConfig, PoolConfig, SpeculativePoolConfig, resolve_path
+from deployments.autoscaler import MEMORY_BOUND_METRIC, WAITING_METRIC
 from deployments.logs import use_serve_log_handlers
 from deployments.profile import PROFILE_PROMPT, profile_batches, profile_step_times
 from deployments.stats import PUSH_PERIOD_S, EngineStats, get_board
+from deployments.utilization import make_source
+from router.cost import StepTimeModel
 
 logger = logging.getLogger("specserve.pools")
 
@@ -37,10 +40,15 @@ class PoolServer(LLMServer):
     Args:
         llm_config: the Ray Serve LLM config of this pool.
         pool: "vanilla" or "speculative".
-        profile_max_batch: largest batch of the startup step-time profile (0: no profile).
+        profile_max_batch: largest batch of the startup step-time profile (0: no profile, and
+            so no memory-bound fraction from the `engine` utilization source).
+        utilization_source: `engine` or `dcgm` (deployments/utilization.py), reported to the
+            autoscaler by `record_autoscaling_stats`.
+        dcgm_exporter_url: dcgm-exporter's /metrics URL (utilization_source `dcgm`).
     """
 
     async def __init__(self, llm_config: LLMConfig, *, pool: str, profile_max_batch: int = 0,
+                       utilization_source: str = "engine", dcgm_exporter_url: str = "",
                        **kwargs):
         use_serve_log_handlers()
         await super().__init__(llm_config, **kwargs)
@@ -54,6 +62,12 @@ class PoolServer(LLMServer):
             profile_batches(profile_max_batch))
         logger.info("%s step-time profile in %.1f s: %s", pool, time.perf_counter() - t0,
                     {b: f"{s * 1e3:.1f} ms" for b, s in self._profile.items()})
+        self._steps = StepTimeModel()
+        self._steps.load_profile(self._profile)
+        self._last_stats = EngineStats()
+        self._utilization = make_source(
+            utilization_source, model=self._steps, dcgm_url=dcgm_exporter_url,
+            running_batch=lambda: self._last_stats.num_requests_running)
         self._push_task = asyncio.get_running_loop().create_task(self._push_stats())
 
     async def _run_profile_request(self) -> None:
@@ -78,11 +92,23 @@ class PoolServer(LLMServer):
                     stats.step_s = (now_t - prev_t) / steps
                     stats.step_batch = (prev.num_requests_running + stats.num_requests_running) / 2
                     stats.step_sample_id = stats.iterations
+                    self._steps.observe(stats.step_batch, stats.step_s)
+                self._last_stats = stats
                 stats.profile = self._profile
                 self._board.report_engine.remote(self._replica_id, self._pool, stats)
                 prev_t, prev = now_t, stats
             except Exception:  # a stats hiccup must never take the replica down
                 logger.exception("stats push failed")
+
+    async def record_autoscaling_stats(self) -> dict[str, float]:
+        """Custom autoscaling stats Ray Serve collects every `metrics_interval_s` for the
+        application's policy (deployments/autoscaler.py): requests waiting in the engine and,
+        when the utilization source can tell, the memory-bound fraction."""
+        out = {WAITING_METRIC: float(self._last_stats.num_requests_waiting)}
+        reading = await asyncio.to_thread(self._utilization.read)  # DCGM reads over HTTP
+        if reading is not None:
+            out[MEMORY_BOUND_METRIC] = reading.memory_bound
+        return out
 
     async def engine_stats(self) -> EngineStats:
         """This replica's current engine stats (for tests and debugging)."""
@@ -120,11 +146,14 @@ def shutdown_engine_processes(engine) -> None:
         client.shutdown()
 
 
-def llm_config(model: ModelConfig, pool: PoolConfig) -> LLMConfig:
+def llm_config(model: ModelConfig, pool: PoolConfig, deployment_config: dict | None = None,
+               ) -> LLMConfig:
     """Ray Serve LLM config for one pool: the target, plus the speculator for the speculative pool.
 
     `log_engine_metrics=False` with `disable_log_stats=False` keeps vLLM's own Prometheus logger in
     the replica process, which `get_metrics_snapshot()` reads (Ray's logger exports elsewhere).
+    `deployment_config` (Serve deployment options, e.g. an `autoscaling_config`) replaces the
+    default `{"num_replicas": pool.num_replicas}`.
     """
     engine_kwargs = {
         "tensor_parallel_size": pool.tensor_parallel_size,
@@ -156,13 +185,20 @@ def llm_config(model: ModelConfig, pool: PoolConfig) -> LLMConfig:
         engine_kwargs=engine_kwargs,
         runtime_env={"env_vars": env},
         log_engine_metrics=False,
-        deployment_config={"num_replicas": pool.num_replicas},
+        deployment_config=deployment_config or {"num_replicas": pool.num_replicas},
     )
 
 
-def build_pool(name: str, model: ModelConfig, pool: PoolConfig):
-    """A bound `PoolServer` deployment named `name` ("vanilla" or "speculative")."""
+def build_pool(name: str, model: ModelConfig, pool: PoolConfig,
+               deployment_config: dict | None = None, utilization: dict | None = None):
+    """A bound `PoolServer` deployment named `name` ("vanilla" or "speculative").
+
+    Args:
+        deployment_config: Serve deployment options (see `llm_config`).
+        utilization: extra `PoolServer` kwargs choosing its utilization source.
+    """
     return build_llm_deployment(
-        llm_config(model, pool), deployment_cls=PoolServer,
-        bind_kwargs={"pool": name, "profile_max_batch": pool.profile_max_batch},
+        llm_config(model, pool, deployment_config), deployment_cls=PoolServer,
+        bind_kwargs={"pool": name, "profile_max_batch": pool.profile_max_batch,
+                     **(utilization or {})},
         override_serve_options={"name": name})

@@ -121,12 +121,22 @@ class StatsBoard:
         self._in_flight: dict[str, tuple[float, dict[str, int]]] = {}  # ingress id -> (t, per pool)
         self._acceptance: dict[str, tuple[float, dict]] = {}  # ingress id -> (t, its counts)
         self._pin: str | None = None  # runtime policy pin (PUT /admin/policy); None: config's
+        self._autoscaler: dict = {"calls": 0, "events": []}  # deployments/autoscaler.py
 
     def report_engine(self, replica_id: str, pool: str, stats: EngineStats) -> None:
         self._engines[replica_id] = (pool, time.monotonic(), stats)
 
     def report_in_flight(self, ingress_id: str, in_flight: dict[str, int]) -> None:
         self._in_flight[ingress_id] = (time.monotonic(), dict(in_flight))
+
+    def report_autoscaler(self, calls: int, events: list[dict]) -> None:
+        """The autoscaling policy's invocation count and its new decision events."""
+        self._autoscaler["calls"] = calls
+        self._autoscaler["events"] = (self._autoscaler["events"] + events)[-1000:]
+
+    def autoscaler(self) -> dict:
+        """{"calls": policy invocations, "events": the last 1000 decision events}."""
+        return self._autoscaler
 
     def snapshot(self, exclude_ingress: str = "") -> dict[str, PoolStats]:
         """Per pool: fresh replicas, summed stats and in-flight requests of the other ingresses."""

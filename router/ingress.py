@@ -95,7 +95,7 @@ class SpecserveIngress(OpenAiIngress):
         if self._cfg.server.api_keys_env:
             ApiKeys.from_env(self._cfg.server.api_keys_env)  # refuse to start without the keys
         self._handles = {pool: h.options(stream=True) for pool, h in pools.items()}
-        replicas = {pool: getattr(self._cfg, pool).num_replicas for pool in pools}
+        replicas = {pool: self._cfg.initial_replicas(pool) for pool in pools}
         use_serve_log_handlers()
         ctx = serve.get_replica_context()
         self._board = get_board(ctx.app_name)

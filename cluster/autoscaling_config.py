@@ -1,0 +1,114 @@
+"""The `autoscaling` section of specserve's config: both pools sized by one policy, one budget.
+
+The policy itself is `deployments.autoscaling.decide`; this module only states what it may do.
+Replica counts are bounded per pool (`vanilla` / `speculative`), and together by
+`budget_accelerators`, counted in accelerators: a replica costs its pool's `tensor_parallel_size`
+(1 on CPU, where the "accelerator" is one logical CPU slot per engine).
+
+Example:
+    >>> AutoscalingConfig(enabled=True, budget_accelerators=8,
+    ...                   vanilla=PoolScalingConfig(min_replicas=1, max_replicas=4)).vanilla.max_replicas
+    4
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+POLICY_FUNCTION = "deployments.autoscaler:PoolAutoscaler"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PoolScalingConfig(_Strict):
+    """Replica bounds of one pool under autoscaling."""
+
+    min_replicas: int = Field(1, ge=0, description="Fewest replicas the policy keeps (also the "
+                              "count started with). 0 lets an idle pool go away.")
+    max_replicas: int = Field(1, ge=1, description="Most replicas the policy may run.")
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> PoolScalingConfig:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("min_replicas: must be <= max_replicas")
+        return self
+
+
+class AutoscalingConfig(_Strict):
+    """Application-level autoscaling of both pools (Ray Serve's `autoscaling_policy`).
+
+    Enabled, each pool's replica count comes from here (its `num_replicas` is ignored) and the
+    application is deployed declaratively so that Ray Serve calls the policy for both pools at
+    once (`deployments.deploy`). Every scaling decision is logged and counted with its reason.
+    """
+
+    enabled: bool = Field(False, description="Size the pools with specserve's policy; off: "
+                          "each pool runs its fixed `num_replicas`.")
+    budget_accelerators: int = Field(
+        2, ge=1, description="Accelerators both pools may hold together: the sum over pools of "
+        "replicas x tensor_parallel_size never exceeds it.")
+    vanilla: PoolScalingConfig = Field(default_factory=PoolScalingConfig,
+                                       description="Bounds of the vanilla pool.")
+    speculative: PoolScalingConfig = Field(default_factory=PoolScalingConfig,
+                                           description="Bounds of the speculative pool.")
+    upscale_delay_s: float = Field(
+        30.0, ge=0, description="A pool grows only after the policy has wanted it bigger for "
+        "this long without interruption.")
+    downscale_delay_s: float = Field(
+        300.0, ge=0, description="A pool shrinks only after the policy has wanted it smaller for "
+        "this long without interruption.")
+    target_ongoing_requests: float = Field(
+        8.0, gt=0, description="Requests in flight per replica (running + queued at the replica) "
+        "at which a pool counts as loaded: demand is high at or above it.")
+    downscale_load_fraction: float = Field(
+        0.8, gt=0, lt=1, description="Hysteresis: a pool shrinks only when its load spread over "
+        "one replica fewer stays at or below this fraction of target_ongoing_requests.")
+    queue_per_replica_high: float = Field(
+        2.0, gt=0, description="Requests waiting in the engines per replica at which a queue "
+        "counts as building.")
+    memory_bound_high: float = Field(
+        0.6, gt=0, le=1, description="Memory-bound fraction (deployments/utilization.py) at or "
+        "above which speculative replicas count as memory-bound: speculation pays, grow the pool.")
+    memory_bound_low: float = Field(
+        0.3, ge=0, lt=1, description="Memory-bound fraction at or below which speculative "
+        "replicas count as compute-bound: capacity shifts to vanilla. Between the two: hold.")
+    utilization_source: Literal["engine", "dcgm"] = Field(
+        "engine", description="`engine`: memory-bound fraction from engine stats and the profiled "
+        "step times (CPU or GPU); `dcgm`: DCGM profiling fields from `dcgm_exporter_url`.")
+    dcgm_exporter_url: str = Field(
+        "http://127.0.0.1:9400/metrics", description="dcgm-exporter's Prometheus endpoint on the "
+        "replica's node (utilization_source `dcgm`).")
+    metrics_interval_s: float = Field(
+        2.0, gt=0, description="How often each replica reports its stats to Serve's controller "
+        "(Serve's `metrics_interval_s`).")
+    look_back_period_s: float = Field(
+        10.0, gt=0, description="Window over which Serve averages reported stats before the "
+        "policy sees them.")
+
+    @model_validator(mode="after")
+    def _check(self) -> AutoscalingConfig:
+        if self.memory_bound_low >= self.memory_bound_high:
+            raise ValueError("memory_bound_low: must be < memory_bound_high")
+        return self
+
+    def pool(self, name: str) -> PoolScalingConfig:
+        """Bounds of pool `name` ("vanilla" or "speculative")."""
+        return getattr(self, name)
+
+
+def serve_autoscaling_policy(scaling: AutoscalingConfig,
+                             tensor_parallel_size: dict[str, int]) -> dict:
+    """The application's `autoscaling_policy` entry of a Serve config (ServeDeploySchema, a
+    RayService's serveConfigV2): Serve instantiates `PoolAutoscaler(**policy_kwargs)` once.
+
+    Args:
+        tensor_parallel_size: {served pool: accelerators per replica}.
+    """
+    return {"policy_function": POLICY_FUNCTION,
+            "policy_kwargs": {"config": scaling.model_dump(mode="json"),
+                              "tensor_parallel_size": dict(tensor_parallel_size)}}

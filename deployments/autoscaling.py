@@ -1,0 +1,187 @@
+"""The autoscaling policy of both pools, as one pure function: `decide(views, cfg, state, now)`.
+
+Each call sees every pool (`PoolView`: replicas, requests in flight, engine queue, memory-bound
+fraction) and returns each pool's replica target with the reason, plus the state for the next call.
+No clock, no I/O: Ray Serve's controller calls it through `deployments.autoscaler.PoolAutoscaler`,
+the trace simulator (`bench/autoscale_sim.py`) and the tests call it directly.
+
+Per pool, with n running replicas, load L = requests in flight / n, queue Q = engine-waiting / n,
+memory-bound fraction m (deployments/utilization.py), target load T (`target_ongoing_requests`):
+
+| pool | condition | wants | reason |
+| --- | --- | --- | --- |
+| any | a running replica has not reported | hold | `metrics_missing` |
+| any | Serve is still moving to the last target | hold | `scaling_in_progress` |
+| speculative | L ≥ T and m ≥ memory_bound_high | max(n+1, ⌈nL/T⌉) | `memory_bound_demand` |
+| speculative | (L ≥ T or Q ≥ Q_high) and m ≤ memory_bound_low | hold; vanilla +1 | `compute_bound` |
+| speculative | L ≥ T or Q ≥ Q_high, m between the thresholds | hold | `hysteresis` |
+| vanilla | Q ≥ Q_high / L ≥ T | max(n+1, ⌈nL/T⌉) | `queue_building` / `demand` |
+| vanilla | speculative pool is compute-bound under load | n+1 | `shift_from_speculative` |
+| any | nothing in flight | min_replicas | `drained` |
+| any | nL / (n−1) ≤ downscale_load_fraction·T | ⌈nL / (fraction·T)⌉ | `underloaded` |
+| any | otherwise | hold | `steady` |
+
+Then min/max per pool, then the budget: Σ replicas × tensor_parallel_size ≤ budget_accelerators,
+filled from each pool's minimum up, the pool that needs capacity most first (vanilla when queues
+build or speculation is compute-bound, else speculative when it is memory-bound under demand), so a
+growing pool can take replicas from the other (`budget_shift`) or be capped (`budget_cap`). Last,
+the delays: a pool moves to its new size only after wanting it, in the same direction, for
+`upscale_delay_s` / `downscale_delay_s`; until then it stays (the decision says `pending`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from cluster.autoscaling_config import AutoscalingConfig
+
+POOLS = ("vanilla", "speculative")
+
+
+@dataclass(frozen=True, slots=True)
+class PoolView:
+    """One pool as the policy sees it at one control-loop tick.
+
+    Attributes:
+        replicas: replicas running now.
+        target: replica count Serve is steering the pool to (the last decision).
+        ongoing: requests in flight to the pool (queued at handles or running in replicas),
+            averaged over Serve's look-back window.
+        waiting: requests waiting in the pool's engines (vLLM num_requests_waiting), summed over
+            replicas; None when a running replica has not reported it.
+        memory_bound: mean memory-bound fraction of the pool's replicas in [0, 1]; None when a
+            running replica has not reported it.
+        tensor_parallel_size: accelerators one replica holds.
+    """
+
+    replicas: int
+    target: int
+    ongoing: float
+    waiting: float | None
+    memory_bound: float | None
+    tensor_parallel_size: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The policy's answer for one pool.
+
+    Attributes:
+        replicas: the target to run now (the old target while a change waits out its delay).
+        wanted: the size the pool should have after bounds and budget.
+        reason: why `wanted` (see the module table, plus `budget_cap`, `budget_shift`).
+        previous: the target before this decision.
+        pending: a change is wanted but its delay has not passed.
+    """
+
+    replicas: int
+    wanted: int
+    reason: str
+    previous: int
+    pending: bool = False
+
+    @property
+    def action(self) -> str:
+        """`up`, `down` or `hold`: what this decision does to the target now."""
+        if self.replicas == self.previous:
+            return "hold"
+        return "up" if self.replicas > self.previous else "down"
+
+
+def _wants(name: str, v: PoolView, cfg: AutoscalingConfig,
+           spec_compute_bound: bool) -> tuple[int, str]:
+    """(replicas wanted, reason) for one pool before bounds, budget and delays."""
+    if v.replicas == 0:
+        return (1, "demand") if v.ongoing > 0 else (v.target, "steady")
+    if v.memory_bound is None or v.waiting is None:
+        return v.target, "metrics_missing"
+    if v.target != v.replicas:
+        return v.target, "scaling_in_progress"
+    n, target_load = v.replicas, cfg.target_ongoing_requests
+    loaded = v.ongoing / n >= target_load
+    queued = v.waiting / n >= cfg.queue_per_replica_high
+    grow = max(n + 1, math.ceil(v.ongoing / target_load))
+    if name == "speculative":
+        if loaded and v.memory_bound >= cfg.memory_bound_high:
+            return grow, "memory_bound_demand"
+        if (loaded or queued) and v.memory_bound <= cfg.memory_bound_low:
+            return n, "compute_bound"
+        if loaded or queued:
+            return n, "hysteresis"
+    else:
+        if loaded or queued:
+            return grow, "queue_building" if queued else "demand"
+        if spec_compute_bound:
+            return n + 1, "shift_from_speculative"
+    if v.ongoing <= 0:
+        return 0, "drained"  # raised to min_replicas by the bounds
+    down_load = cfg.downscale_load_fraction * target_load
+    if n > 1 and v.ongoing / (n - 1) <= down_load:
+        return max(1, math.ceil(v.ongoing / down_load)), "underloaded"
+    return n, "steady"
+
+
+def _fit_budget(wanted: dict[str, int], reasons: dict[str, str], views: dict[str, PoolView],
+                cfg: AutoscalingConfig, order: list[str]) -> None:
+    """Caps `wanted` in place so Σ replicas × tp ≤ budget; fills minimums, then `order`."""
+    alloc = {p: cfg.pool(p).min_replicas for p in wanted}
+    free = cfg.budget_accelerators - sum(alloc[p] * views[p].tensor_parallel_size for p in wanted)
+    for p in order:
+        tp = views[p].tensor_parallel_size
+        extra = max(0, min(wanted[p] - alloc[p], free // tp))
+        alloc[p] += extra
+        free -= extra * tp
+    for p in wanted:
+        if alloc[p] < wanted[p]:
+            reasons[p] = "budget_shift" if alloc[p] < views[p].target else "budget_cap"
+            wanted[p] = alloc[p]
+
+
+def decide(views: dict[str, PoolView], cfg: AutoscalingConfig, state: dict, now: float,
+           ) -> tuple[dict[str, Decision], dict]:
+    """Replica targets of every pool in `views` (module doc), and the next state.
+
+    Args:
+        views: per pool ("vanilla" / "speculative") its view this tick; absent pools are not served.
+        cfg: the autoscaling section of the config.
+        state: what the previous call returned ({} at first); JSON-serializable.
+        now: seconds on any monotonic clock, the same for every call.
+
+    Returns:
+        ({pool: Decision}, new state).
+    """
+    spec = views.get("speculative")
+    spec_compute_bound = False
+    wanted, reasons = {}, {}
+    if spec is not None:
+        wanted["speculative"], reasons["speculative"] = _wants("speculative", spec, cfg, False)
+        spec_compute_bound = reasons["speculative"] == "compute_bound"
+    if "vanilla" in views:
+        wanted["vanilla"], reasons["vanilla"] = _wants("vanilla", views["vanilla"], cfg,
+                                                       spec_compute_bound)
+    for p in wanted:
+        bounds = cfg.pool(p)
+        wanted[p] = min(max(wanted[p], bounds.min_replicas), bounds.max_replicas)
+    vanilla_first = spec_compute_bound or reasons.get("vanilla") == "queue_building" or (
+        reasons.get("speculative") != "memory_bound_demand")
+    order = [p for p in (POOLS if vanilla_first else POOLS[::-1]) if p in wanted]
+    _fit_budget(wanted, reasons, views, cfg, order)
+
+    decisions, new_state = {}, {}
+    for p, v in views.items():
+        if wanted[p] == v.target:
+            decisions[p] = Decision(v.target, v.target, reasons[p], v.target)
+            new_state[p] = {"reason": reasons[p]}
+            continue
+        direction = "up" if wanted[p] > v.target else "down"
+        delay = cfg.upscale_delay_s if direction == "up" else cfg.downscale_delay_s
+        prev = state.get(p, {})
+        since = prev["since"] if prev.get("direction") == direction else now
+        if now - since >= delay:
+            decisions[p] = Decision(wanted[p], wanted[p], reasons[p], v.target)
+            new_state[p] = {"reason": reasons[p]}
+        else:
+            decisions[p] = Decision(v.target, wanted[p], reasons[p], v.target, pending=True)
+            new_state[p] = {"reason": reasons[p], "direction": direction, "since": since}
+    return decisions, new_state

@@ -1,0 +1,1 @@
+"""Fakes for what cannot run on a CPU-only machine (STYLE.md: real parts everywhere else)."""

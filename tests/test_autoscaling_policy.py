@@ -1,0 +1,169 @@
+"""The autoscaling policy as a pure function (deployments/autoscaling.py) and its Serve adapter on
+scripted contexts: decision tables, missing metrics, budget caps, delays."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster.autoscaling_config import AutoscalingConfig, PoolScalingConfig
+from cluster.config import DEFAULT_CONFIG_PATH, ConfigError, SpecserveConfig
+from deployments.autoscaler import MEMORY_BOUND_METRIC, WAITING_METRIC, PoolAutoscaler, pool_view
+from deployments.autoscaling import PoolView, decide
+
+CFG = AutoscalingConfig(enabled=True, budget_accelerators=6, upscale_delay_s=0,
+                        downscale_delay_s=0, target_ongoing_requests=4, downscale_load_fraction=0.5,
+                        vanilla=PoolScalingConfig(min_replicas=1, max_replicas=4),
+                        speculative=PoolScalingConfig(min_replicas=1, max_replicas=4))
+
+
+def view(n=1, ongoing=0.0, waiting=0.0, mem=0.5, target=None, tp=1) -> PoolView:
+    return PoolView(replicas=n, target=n if target is None else target, ongoing=ongoing,
+                    waiting=waiting, memory_bound=mem, tensor_parallel_size=tp)
+
+
+@pytest.mark.parametrize("spec, van, want_spec, want_van", [
+    # speculative memory-bound under demand grows; idle vanilla holds at its minimum
+    (view(1, ongoing=5, mem=0.9), view(1), (2, "memory_bound_demand"), (1, "drained")),
+    # demand well above target: grow to ceil(ongoing / target) at once
+    (view(1, ongoing=11, mem=0.9), view(1), (3, "memory_bound_demand"), (1, "drained")),
+    # speculative compute-bound under load: it holds, capacity goes to vanilla
+    (view(2, ongoing=10, mem=0.1), view(1, ongoing=1), (2, "compute_bound"),
+     (2, "shift_from_speculative")),
+    # between the memory-bound thresholds: hysteresis, hold
+    (view(2, ongoing=10, mem=0.45), view(1, ongoing=1), (2, "hysteresis"), (1, "steady")),
+    # a queue building on vanilla grows vanilla
+    (view(1, ongoing=1, mem=0.9), view(1, ongoing=3, waiting=3), (1, "steady"),
+     (2, "queue_building")),
+    # drained: every pool back to its minimum
+    (view(3, ongoing=0), view(2, ongoing=0), (1, "drained"), (1, "drained")),
+    # lightly loaded: shrink while the load over one replica fewer stays under half the target
+    (view(3, ongoing=2, mem=0.9), view(2, ongoing=3), (1, "underloaded"), (2, "steady")),
+])
+def test_decision_table(spec, van, want_spec, want_van):
+    decisions, _ = decide({"speculative": spec, "vanilla": van}, CFG, {}, now=0.0)
+    assert (decisions["speculative"].replicas, decisions["speculative"].reason) == want_spec
+    assert (decisions["vanilla"].replicas, decisions["vanilla"].reason) == want_van
+
+
+def test_missing_metrics_hold_steady():
+    spec = PoolView(replicas=2, target=2, ongoing=50, waiting=None, memory_bound=None)
+    van = PoolView(replicas=1, target=1, ongoing=0, waiting=0, memory_bound=None)
+    decisions, _ = decide({"speculative": spec, "vanilla": van}, CFG, {}, now=0.0)
+    assert [(p, d.replicas, d.reason) for p, d in decisions.items()] == [
+        ("speculative", 2, "metrics_missing"), ("vanilla", 1, "metrics_missing")]
+
+
+def test_no_new_change_while_serve_moves_to_the_last_target():
+    decisions, _ = decide({"vanilla": view(1, ongoing=40, target=2)}, CFG, {}, now=0.0)
+    assert (decisions["vanilla"].replicas, decisions["vanilla"].reason) == (2, "scaling_in_progress")
+
+
+def test_budget_caps_growth_in_accelerators():
+    cfg = CFG.model_copy(update={"budget_accelerators": 12})
+    # tp 4 per replica: 2 + 1 replicas fill 12 accelerators; vanilla cannot grow
+    decisions, _ = decide({"speculative": view(2, ongoing=9, mem=0.9, tp=4),
+                           "vanilla": view(1, ongoing=9, tp=4)}, cfg, {}, now=0.0)
+    used = sum(d.replicas * 4 for d in decisions.values())
+    assert used <= 12
+    assert (decisions["vanilla"].replicas, decisions["vanilla"].reason) == (1, "budget_cap")
+
+
+def test_budget_shifts_capacity_to_vanilla_when_queues_build():
+    cfg = CFG.model_copy(update={"budget_accelerators": 4})
+    decisions, _ = decide({"speculative": view(3, ongoing=13, mem=0.9),
+                           "vanilla": view(1, ongoing=6, waiting=4)}, cfg, {}, now=0.0)
+    assert (decisions["vanilla"].replicas, decisions["vanilla"].reason) == (2, "queue_building")
+    assert (decisions["speculative"].replicas, decisions["speculative"].reason) == (2, "budget_shift")
+
+
+def test_bounds_per_pool():
+    decisions, _ = decide({"speculative": view(4, ongoing=100, mem=0.9)}, CFG, {}, now=0.0)
+    assert decisions["speculative"].replicas == 4  # max_replicas
+
+
+def test_delays_wait_then_apply_and_reset_on_reversal():
+    cfg = CFG.model_copy(update={"upscale_delay_s": 2.0, "downscale_delay_s": 10.0})
+    busy = {"vanilla": view(1, ongoing=9)}
+    d, state = decide(busy, cfg, {}, now=100.0)
+    assert (d["vanilla"].replicas, d["vanilla"].wanted, d["vanilla"].pending) == (1, 3, True)
+    d, state = decide(busy, cfg, state, now=101.0)
+    assert d["vanilla"].pending and d["vanilla"].action == "hold"
+    d, state = decide(busy, cfg, state, now=102.0)
+    assert (d["vanilla"].replicas, d["vanilla"].action) == (3, "up")
+    idle = {"vanilla": view(3, ongoing=0)}
+    d, state = decide(idle, cfg, state, now=103.0)
+    assert d["vanilla"].pending
+    d, state = decide({"vanilla": view(3, ongoing=9)}, cfg, state, now=108.0)  # load is back
+    assert not d["vanilla"].pending and d["vanilla"].replicas == 3
+    d, state = decide(idle, cfg, state, now=109.0)  # the downscale clock restarts here
+    d, state = decide(idle, cfg, state, now=118.0)
+    assert d["vanilla"].replicas == 3
+    d, state = decide(idle, cfg, state, now=119.0)
+    assert (d["vanilla"].replicas, d["vanilla"].action, d["vanilla"].reason) == (1, "down", "drained")
+
+
+def test_config_refuses_budget_below_minimums():
+    data = SpecserveConfig.from_yaml("cluster/default.yaml").model_dump(mode="json")
+    data["autoscaling"]["budget_accelerators"] = 1
+    with pytest.raises(ConfigError, match="autoscaling: budget_accelerators 1"):
+        SpecserveConfig.from_dict(data)
+    data["autoscaling"]["budget_accelerators"] = 3
+    data["autoscaling"]["vanilla"] = {"min_replicas": 3, "max_replicas": 2}
+    with pytest.raises(ConfigError, match="autoscaling.vanilla.min_replicas"):
+        SpecserveConfig.from_dict(data)
+
+
+def test_default_config_enables_autoscaling_starting_one_replica_per_pool():
+    cfg = SpecserveConfig.from_yaml("cluster/default.yaml")
+    assert cfg.autoscaling.enabled
+    assert [cfg.initial_replicas(p) for p in cfg.pools()] == [1, 1]
+
+
+class _Id:
+    def __init__(self, name):
+        self.name, self.app_name = name, "app"
+
+
+class _Ctx:
+    """The attributes of Serve's AutoscalingContext the adapter reads."""
+
+    def __init__(self, n, ongoing, metrics, state=None, target=None):
+        self.current_num_replicas, self.target_num_replicas = n, n if target is None else target
+        self.running_replicas = [f"r{i}" for i in range(n)]
+        self.total_num_requests = ongoing
+        self.aggregated_metrics = metrics
+        self.policy_state = state or {}
+        self.current_time = 50.0
+
+
+def test_serve_adapter_maps_contexts_and_counts_calls():
+    cfg = CFG.model_copy(update={"upscale_delay_s": 1.0})
+    policy = PoolAutoscaler(cfg.model_dump(mode="json"), {"vanilla": 1, "speculative": 1})
+    metrics = {WAITING_METRIC: {"r0": 0.0}, MEMORY_BOUND_METRIC: {"r0": 0.9}}
+    van, spec = _Id("vanilla"), _Id("speculative")
+    out, state = policy({van: _Ctx(1, 0, metrics), spec: _Ctx(1, 6, metrics)})
+    assert out == {van: 1, spec: 1} and state[spec]["specserve"]["direction"] == "up"
+    later = [_Ctx(1, 0, metrics, state=state[van]), _Ctx(1, 6, metrics, state=state[spec])]
+    for ctx in later:
+        ctx.current_time = 51.0
+    out, _ = policy({van: later[0], spec: later[1]})
+    assert out[spec] == 2 and policy.calls == 2
+
+
+def test_adapter_sees_missing_metrics_of_a_running_replica():
+    ctx = _Ctx(2, 3, {WAITING_METRIC: {"r0": 1.0}, MEMORY_BOUND_METRIC: {"r0": 0.5, "r1": 0.7}})
+    v = pool_view(ctx, 1)
+    assert v.waiting is None and v.memory_bound == pytest.approx(0.6)
+
+
+def test_serve_config_carries_the_application_policy():
+    from ray.serve.config import AutoscalingPolicy
+    from ray.serve.schema import ServeDeploySchema
+
+    from deployments.deploy import app_config
+
+    cfg = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH)
+    schema = ServeDeploySchema(applications=[app_config(cfg, "specserve")])
+    policy = AutoscalingPolicy(**schema.applications[0].autoscaling_policy)
+    instance = policy.get_policy()(**policy.policy_kwargs)  # what Serve's controller does
+    assert isinstance(instance, PoolAutoscaler)
