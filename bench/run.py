@@ -65,6 +65,8 @@ def speculator_config(base: SpecserveConfig, method: str, speculative_only: bool
     data["speculative"]["speculator"] = spec
     if speculative_only:
         data["vanilla"]["num_replicas"] = 0
+    if "autoscaling" in data:  # one replica per pool: every system gets the same engines
+        data["autoscaling"]["enabled"] = False
     for pool in ("vanilla", "speculative"):
         data[pool]["enforce_eager"] = data[pool]["enforce_eager"] or eager
     return SpecserveConfig.from_dict(data)
