@@ -38,6 +38,7 @@ BAD = [{"model": MODEL, "prompt": "x", "max_tokens": 0},
        {"model": "nope", "prompt": "x"},
        {"model": MODEL, "prompt": "x", "temperature": 9},
        {"model": MODEL, "prompt": [1, 999999]}]
+REPLICA_TITLE = "ray::ServeReplica:specserve:"
 KINDS = ["plain", "stream", "chat", "abandon", "bad"]
 WEIGHTS = [4, 3, 2, 2, 1]
 
@@ -119,12 +120,17 @@ async def server_state(client: httpx.AsyncClient) -> dict:
 
 
 def replica_rss_mib() -> dict[str, float]:
-    """RSS of each local Serve replica process of specserve, keyed by its title (MiB)."""
+    """RSS of each local Serve replica process of specserve, keyed `deployment[pid]` (MiB).
+
+    Ray titles a replica `ray::ServeReplica:<app>:<deployment>`, with `.<method>` appended while
+    it runs one, so the key keeps only the deployment.
+    """
     out = {}
     for p in psutil.process_iter(["cmdline", "memory_info"]):
         title = " ".join(p.info["cmdline"] or [])
-        if title.startswith("ray::ServeReplica:specserve") and p.info["memory_info"]:
-            out[f"{title.split()[0]}[{p.pid}]"] = p.info["memory_info"].rss / 2**20
+        if title.startswith(REPLICA_TITLE) and p.info["memory_info"]:
+            deployment = title[len(REPLICA_TITLE):].split(".")[0].split()[0]
+            out[f"{deployment}[{p.pid}]"] = p.info["memory_info"].rss / 2**20
     return out
 
 

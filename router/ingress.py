@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
+import functools
 import json
 import logging
 from typing import get_args
@@ -38,6 +39,7 @@ from router.health import REPLICA_FAILURES, PoolHealth
 from router.metrics import CONTENT_TYPE, RouterMetrics
 from router.policy import PoolLoad, RequestFeatures
 from router.pressure import PressureTracker
+from router.streaming import RelayedStream
 from router.validation import Limits, validate_request
 
 logger = logging.getLogger("specserve.router")
@@ -147,7 +149,7 @@ class SpecserveIngress(OpenAiIngress):
 
     async def _forward(self, body, call_method: str, raw_request: Request | None,
                        route: Route) -> Response:
-        """The pool's response; counts it in flight until it ends (streams: in `_relay`)."""
+        """The pool's response; counts it in flight until it ends (streams: RelayedStream)."""
         _ROUTE.set(route)
         self._pressure.start(route)
         try:
@@ -217,12 +219,13 @@ class SpecserveIngress(OpenAiIngress):
                                     "x-specserve-reason": "pool_unavailable"})
                     route = retry
         response.headers.update(headers)
-        if isinstance(response, StreamingResponse):
-            response.body_iterator = self._relay(response.body_iterator, route, features,
-                                                 strip_usage)
-        else:
-            if route == "speculative" and isinstance(response, JSONResponse):
-                self._learn(json.loads(response.body), features)
+        if isinstance(response, StreamingResponse):  # in flight until RelayedStream ends
+            return RelayedStream(self._relay(response.body_iterator, route, features, strip_usage),
+                                 functools.partial(self._pressure.finish, route),
+                                 status_code=response.status_code, headers=dict(response.headers),
+                                 media_type=response.media_type)
+        if route == "speculative" and isinstance(response, JSONResponse):
+            self._learn(json.loads(response.body), features)
         return response
 
     def _learn(self, payload: dict, features: RequestFeatures) -> None:
@@ -236,8 +239,9 @@ class SpecserveIngress(OpenAiIngress):
         A client that goes away closes this generator, which cancels the pool's request (vLLM
         aborts it in the engine).
         """
+        guarded = self._guarded(packets, route)
         try:
-            async for packet in self._guarded(packets, route):
+            async for packet in guarded:
                 if '"speculative_decoding"' in packet:
                     kept = []
                     for event in packet.split("\n\n"):
@@ -251,7 +255,7 @@ class SpecserveIngress(OpenAiIngress):
                         continue
                 yield packet
         finally:
-            self._pressure.finish(route)
+            await guarded.aclose()
 
     async def _guarded(self, packets, route: Route):
         try:
@@ -264,6 +268,10 @@ class SpecserveIngress(OpenAiIngress):
                                        "error": type(e).__name__}))
             yield sse_error(503, f"The {route} pool failed mid-stream ({type(e).__name__}); "
                             "the output so far is incomplete")
+        finally:
+            aclose = getattr(packets, "aclose", None)
+            if aclose is not None:  # cancels the pool's request if it still runs
+                await aclose()
 
     async def metrics(self) -> Response:
         """Prometheus text: decisions, pool pressure and spec-decode counters."""

@@ -217,11 +217,12 @@ def test_overload_gets_429_with_retry_after(server, client):
 def test_short_soak_loses_and_leaks_nothing(server):
     """The CI variant of bench/soak.py (run it for minutes by hand)."""
     report = asyncio.run(soak(server, duration_s=40, concurrency=4, sample_s=5, warmup_s=10))
-    print(json.dumps({k: report[k] for k in ("requests", "lost", "leaked", "latency_s",
-                                             "rss_mib", "max_in_flight")}))
+    print(json.dumps({k: report[k] for k in ("requests", "lost", "leaked", "end_state",
+                                             "latency_s", "rss_mib", "max_in_flight")}))
     assert report["requests"] > 20
     assert (report["lost"], report["leaked"]) == (0, 0), report
     assert report["outcomes"]["abandon"].get("ok", 0) > 0
+    assert all(v["growth"] < 200 for v in report["rss_mib"].values()), report["rss_mib"]
 
 
 class _Load:
