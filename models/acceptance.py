@@ -23,12 +23,10 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 from vllm import LLM, SamplingParams  # noqa: E402  (reads the environment above at import)
 from vllm.distributed.parallel_state import (destroy_distributed_environment,  # noqa: E402
                                              destroy_model_parallel)
-from vllm.v1.metrics.reader import Counter, Vector  # noqa: E402
 
 from models.corpus import load_corpus  # noqa: E402
 from models.manifest import default_models_dir  # noqa: E402
-
-SPEC_PREFIX = "vllm:spec_decode_"
+from models.spec_metrics import minus, read_counters  # noqa: E402
 
 
 def heldout_prompts(count: int, lines: int = 3) -> list[str]:
@@ -46,26 +44,8 @@ def heldout_prompts(count: int, lines: int = 3) -> list[str]:
 
 
 def spec_counters(llm: LLM) -> dict:
-    """vLLM's spec-decode counters (drafts, draft tokens, accepted, accepted per position)."""
-    out = {}
-    for m in llm.get_metrics():
-        if m.name.startswith(SPEC_PREFIX) and isinstance(m, Counter):
-            out[m.name[len(SPEC_PREFIX):]] = m.value
-        elif m.name.startswith(SPEC_PREFIX) and isinstance(m, Vector):
-            out[m.name[len(SPEC_PREFIX):]] = m.values
-    return out
-
-
-def _minus(after: dict, before: dict) -> dict:
-    """Counter differences; per-position vectors are subtracted element-wise."""
-    out = {}
-    for key, value in after.items():
-        old = before.get(key)
-        if isinstance(value, list):
-            out[key] = [a - b for a, b in zip(value, old or [0] * len(value))]
-        else:
-            out[key] = value - (old or 0)
-    return out
+    """The engine's spec-decode counters by short name (models.spec_metrics.read_counters)."""
+    return read_counters(llm.get_metrics())
 
 
 def run_engine(target: Path, prompts: list[str], max_tokens: int, dtype: str,
@@ -84,7 +64,7 @@ def run_engine(target: Path, prompts: list[str], max_tokens: int, dtype: str,
     outputs = llm.generate(prompts, params, use_tqdm=False)
     wall_s = time.perf_counter() - start
     ids = [list(o.outputs[0].token_ids) for o in outputs]
-    counters = _minus(spec_counters(llm), before)
+    counters = minus(spec_counters(llm), before)
     del llm
     gc.collect()
     destroy_model_parallel()
