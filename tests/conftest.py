@@ -38,6 +38,10 @@ def serve_config(lab) -> SpecserveConfig:
     data["server"]["max_in_flight_per_replica"] = MAX_IN_FLIGHT_PER_REPLICA
     # A speculator context shorter than the target's (1024), for ../shared/cases #9.
     data["speculative"]["speculator"]["max_model_len"] = SPECULATOR_CONTEXT
+    # The pools as on separate accelerators: load on one pool does not slow the other, so a burst
+    # on the speculative pool moves new requests to vanilla (test_routing). The shared-compute
+    # prediction of the default config is unit-tested in tests/test_decider.py.
+    data["router"]["pools_share_compute"] = False
     return SpecserveConfig.from_dict(data)
 
 
