@@ -70,26 +70,27 @@ def train_eagle3(target: LlamaForCausalLM, data: HeadData, heldout: HeadData,
                  params: HeadParams) -> tuple[Eagle3Head, dict]:
     """Trains an EAGLE-3 head with training-time test; returns it and its report."""
     head = Eagle3Head(target, params.aux_layer_ids, params.seed)
-    before = eagle3_agreement(head, target, heldout, params.ttt_steps)
-    stats = train(head, row_batches(data, params.batch_size,
-                                    torch.Generator().manual_seed(params.seed + 1)),
-                  eagle3_loss(head, target, data, params.ttt_steps, params.ttt_decay),
-                  Schedule(params.eagle3_steps, params.eagle3_lr, params.warmup_steps), desc="eagle3")
-    return head, {"train": _train_report(stats), "untrained_heldout": before,
-                  "heldout": eagle3_agreement(head, target, heldout, params.ttt_steps)}
+    return head, _train_ttt(head, target, data, heldout, params, 1, params.eagle3_steps, "eagle3")
 
 
 def train_eagle1(target: LlamaForCausalLM, data: HeadData, heldout: HeadData,
                  params: HeadParams) -> tuple[Eagle1Head, dict]:
     """Trains an EAGLE-1 head with training-time test; returns it and its report."""
     head = Eagle1Head(target, params.seed)
+    return head, _train_ttt(head, target, data, heldout, params, 3, params.eagle_steps, "eagle")
+
+
+def _train_ttt(head, target: LlamaForCausalLM, data: HeadData, heldout: HeadData,
+               params: HeadParams, seed_offset: int, steps: int, desc: str) -> dict:
+    """Training-time-test training of an EAGLE-style head in place; returns its report (held-out
+    agreement before and after). `seed_offset` keeps each head's batch order its own."""
     before = eagle3_agreement(head, target, heldout, params.ttt_steps)
     stats = train(head, row_batches(data, params.batch_size,
-                                    torch.Generator().manual_seed(params.seed + 3)),
+                                    torch.Generator().manual_seed(params.seed + seed_offset)),
                   eagle3_loss(head, target, data, params.ttt_steps, params.ttt_decay),
-                  Schedule(params.eagle_steps, params.eagle3_lr, params.warmup_steps), desc="eagle")
-    return head, {"train": _train_report(stats), "untrained_heldout": before,
-                  "heldout": eagle3_agreement(head, target, heldout, params.ttt_steps)}
+                  Schedule(steps, params.eagle3_lr, params.warmup_steps), desc=desc)
+    return {"train": _train_report(stats), "untrained_heldout": before,
+            "heldout": eagle3_agreement(head, target, heldout, params.ttt_steps)}
 
 
 def train_medusa(target: LlamaForCausalLM, data: HeadData, heldout: HeadData,
