@@ -23,7 +23,7 @@ from cluster.config import ModelConfig, PoolConfig, SpeculativePoolConfig, resol
 from deployments.autoscaler import MEMORY_BOUND_METRIC, WAITING_METRIC
 from deployments.logs import use_serve_log_handlers
 from deployments.profile import PROFILE_PROMPT, profile_batches, profile_step_times
-from deployments.stats import PUSH_PERIOD_S, EngineStats, get_board
+from deployments.stats import PUSH_PERIOD_S, EngineStats, busy_window_samples, get_board
 from deployments.utilization import make_source
 from router.cost import StepTimeModel
 
@@ -81,18 +81,20 @@ class PoolServer(LLMServer):
         return EngineStats.from_vllm_snapshot(get_metrics_snapshot())
 
     async def _push_stats(self) -> None:
+        """Every `PUSH_PERIOD_S`: reports the engine stats to the StatsBoard with this window's
+        step-time samples (`busy_window_samples`): the engine-step one feeds the autoscaler's
+        roofline, the per-request one the router."""
         prev_t, prev = time.perf_counter(), self.engine_stats_now()
         while True:
             await asyncio.sleep(PUSH_PERIOD_S)
             try:
                 now_t, stats = time.perf_counter(), self.engine_stats_now()
-                steps = stats.iterations - prev.iterations
-                if steps > 0 and prev.num_requests_running and stats.num_requests_running:
-                    # busy the whole window: one step-time sample at the mean running batch
-                    stats.step_s = (now_t - prev_t) / steps
-                    stats.step_batch = (prev.num_requests_running + stats.num_requests_running) / 2
+                engine_step, request_step = busy_window_samples(prev, stats, now_t - prev_t)
+                if engine_step:
+                    self._steps.observe(*engine_step)
+                if request_step:
+                    stats.step_batch, stats.step_s = request_step
                     stats.step_sample_id = stats.iterations
-                    self._steps.observe(stats.step_batch, stats.step_s)
                 self._last_stats = stats
                 stats.profile = self._profile
                 self._board.report_engine.remote(self._replica_id, self._pool, stats)

@@ -48,8 +48,10 @@ class EngineStats:
     num_accepted_tokens: int = 0
     accepted_per_pos: list[int] = field(default_factory=list)
     iterations: int = 0  # engine steps (count of vllm:iteration_tokens_total)
-    # Latest busy-window sample of this replica: seconds per engine step at a mean running batch;
-    # `step_sample_id` (the iteration count at its end) lets readers take each sample once.
+    # Latest busy-window sample of this replica for the router: seconds per decode step as a
+    # request lives it, at a mean count of requests in the engine (running + waiting;
+    # deployments/pools.py `_push_stats`); `step_sample_id` (the iteration count at its end)
+    # lets readers take each sample once.
     step_s: float = 0.0
     step_batch: float = 0.0
     step_sample_id: int = 0
@@ -88,9 +90,42 @@ class EngineStats:
         return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else None
 
     @property
+    def sequence_steps(self) -> int:
+        """Steps of single sequences so far: each emits one token plus its accepted drafts, so
+        generation tokens − accepted draft tokens. Counts the steps that carried no draft (an
+        n-gram miss), which vLLM's `num_drafts` omits, and each request's prefill step."""
+        return self.generation_tokens - self.num_accepted_tokens
+
+    @property
     def mean_acceptance_length(self) -> float | None:
         """Tokens emitted per target step that carried drafts: 1 + accepted / drafts."""
         return 1 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else None
+
+
+def busy_window_samples(prev: EngineStats, now: EngineStats, wall_s: float
+                        ) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
+    """Step-time samples of one engine over a window of `wall_s` seconds between two snapshots.
+
+    Returns (engine_step, request_step), each (batch, seconds) or None when the engine was idle
+    at either end of the window or made no progress:
+
+    - engine_step: seconds per engine step, Δwall / Δiterations, at the mean running batch
+      (the autoscaler's roofline, deployments/utilization.py);
+    - request_step: seconds per decode step as a request lives it, Δwall · N / Δsequence-steps
+      at N = the mean count of requests in the engine (running + waiting). A waiting request
+      makes no progress and a prefill step of another request delays a running one; both
+      lengthen it, and E[τ] / request_step is the request's token rate (router/cost.py).
+    """
+    if not (prev.num_requests_running and now.num_requests_running) or wall_s <= 0:
+        return None, None
+    steps = now.iterations - prev.iterations
+    engine_step = ((prev.num_requests_running + now.num_requests_running) / 2, wall_s / steps
+                   ) if steps > 0 else None
+    seq_steps = now.sequence_steps - prev.sequence_steps
+    in_engine = (prev.num_requests_running + prev.num_requests_waiting
+                 + now.num_requests_running + now.num_requests_waiting) / 2
+    request_step = (in_engine, wall_s * in_engine / seq_steps) if seq_steps > 0 else None
+    return engine_step, request_step
 
 
 def _add_lists(a: list[int], b: list[int]) -> list[int]:

@@ -1,8 +1,14 @@
-"""Step-time model of one pool: seconds per engine step as a function of the running batch B.
+"""Step-time model of one pool: seconds per step as a function of the batch B.
 
 For the vanilla pool a step is T_t(B, 1); for the speculative pool it is γ·T_d(B) + T_t(B, γ+1)
 (draft γ tokens, verify γ+1). Both are measured on the real replicas, never assumed: a profile at
-replica start (`deployments.profile`), then online samples (Δwall / Δengine iterations while busy).
+replica start (`deployments.profile`: B requests decoding together, Δwall / Δengine iterations),
+then online samples while busy. The router's online samples are seconds per decode step as a
+request lives it, Δwall · N / Δsequence-steps at N requests in the engine (running + waiting),
+because Δwall / Δiterations at the running batch mispredicted a request's token rate on our
+2-core CPU box by up to 5x at batch 64 (waiting requests, prefill steps and the other pool on the
+same cores are invisible to it; session-2 reference benchmark); the autoscaler's roofline
+(deployments/utilization.py) keeps Δwall / Δiterations at the running batch.
 Samples are kept per power-of-two batch bucket as an exponentially weighted mean; `step_time(B)`
 interpolates linearly in log2(B) between known buckets and extrapolates flat at the ends.
 """

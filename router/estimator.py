@@ -40,14 +40,16 @@ class RouteEstimator:
     def update_pools(self, pools: Mapping[str, PoolStats], shared_compute: bool = False) -> None:
         """Folds new step-time samples and profiles from a StatsBoard snapshot (each sample once).
 
-        With `shared_compute` (both pools on one machine's cores) a sample is filed at the joint
-        batch: the replica's own mean batch plus the requests the other pools run now.
+        A sample is seconds per decode step as a request lives it at a count of requests in the
+        replica's engine (deployments/pools.py `_push_stats`). With `shared_compute` (both pools
+        on one machine's cores) it is filed at the joint count: its own plus the requests the
+        other pools hold now.
         """
         for pool, stats in pools.items():
             model = self.step_times.setdefault(pool, StepTimeModel())
             model.load_profile(stats.profile)
-            others = sum(p.engine.num_requests_running for name, p in pools.items()
-                         if name != pool) if shared_compute else 0
+            others = sum(p.engine.num_requests_running + p.engine.num_requests_waiting
+                         for name, p in pools.items() if name != pool) if shared_compute else 0
             for replica, sample_id, batch, step_s in stats.step_samples:
                 if self._seen_samples.get(replica) != sample_id:
                     self._seen_samples[replica] = sample_id

@@ -124,7 +124,42 @@ def test_shared_compute_files_samples_at_the_joint_batch(decider):
     from deployments.stats import EngineStats, PoolStats
 
     est = decider.estimator
-    busy_vanilla = PoolStats(engine=EngineStats(num_requests_running=7))
+    busy_vanilla = PoolStats(engine=EngineStats(num_requests_running=5, num_requests_waiting=2))
     sampled = PoolStats(step_samples=[("r1", 1, 1.0, 0.050)])
     est.update_pools({"vanilla": busy_vanilla, "speculative": sampled}, shared_compute=True)
-    assert est.step_times["speculative"].points() == {8: 0.050}  # 1 own + 7 on the other pool
+    # 1 own + 7 in the other pool's engine (waiting ones too)
+    assert est.step_times["speculative"].points() == {8: 0.050}
+
+
+def _engine(running, waiting, generated, accepted, iterations):
+    from deployments.stats import EngineStats
+
+    return EngineStats(num_requests_running=running, num_requests_waiting=waiting,
+                       generation_tokens=generated, num_accepted_tokens=accepted,
+                       iterations=iterations)
+
+
+def test_window_samples_count_sequence_steps_and_waiting_requests():
+    from deployments.stats import busy_window_samples
+
+    # Speculative engine over 2 s: 4 running and 4 waiting throughout; 200 tokens emitted of
+    # which 120 accepted drafts, so 80 sequence-steps; 25 engine steps.
+    engine, request = busy_window_samples(_engine(4, 4, 1000, 500, 100),
+                                          _engine(4, 4, 1200, 620, 125), wall_s=2.0)
+    assert engine == (4.0, pytest.approx(0.08))  # 2 s / 25 steps at running batch 4
+    # 8 requests share the 80 sequence-steps, 10 each in 2 s: 0.2 s per step as a request
+    # lives it (waiting, and steps that skip it, stretch the engine's 0.08 s); E[τ] = 2.5.
+    assert request == (8.0, pytest.approx(0.2))
+    # a vanilla window: every sequence-step is one token
+    _, request = busy_window_samples(_engine(2, 0, 0, 0, 0), _engine(2, 0, 40, 0, 20), wall_s=1.0)
+    assert request == (2.0, pytest.approx(0.05))
+
+
+@pytest.mark.parametrize("prev,now", [((0, 0, 0, 0, 0), (4, 0, 40, 0, 10)),
+                                      ((4, 0, 40, 0, 10), (0, 0, 80, 0, 20)),
+                                      ((4, 0, 40, 0, 10), (4, 0, 40, 0, 10))])
+def test_window_samples_need_a_busy_window_with_progress(prev, now):
+    from deployments.stats import busy_window_samples
+
+    engine, request = busy_window_samples(_engine(*prev), _engine(*now), wall_s=1.0)
+    assert engine is None and request is None
