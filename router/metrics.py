@@ -124,8 +124,9 @@ class _EstimateCollector:
             length.add_metric([task, bucket], expected_tokens(alphas))
         yield alpha
         yield length
-        step = GaugeMetricFamily("specserve_step_seconds", "Seconds per engine step by running "
-                                 "batch (startup profile, then online samples).",
+        step = GaugeMetricFamily("specserve_step_seconds", "Seconds per decode step as a request "
+                                 "lives it, by requests in the engine (startup profile, then "
+                                 "online samples; router/cost.py).",
                                  labels=["pool", "batch"])
         for pool, model in self._estimator.step_times.items():
             for batch, seconds in model.points().items():
