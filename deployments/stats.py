@@ -48,6 +48,10 @@ class EngineStats:
     num_accepted_tokens: int = 0
     accepted_per_pos: list[int] = field(default_factory=list)
     iterations: int = 0  # engine steps (count of vllm:iteration_tokens_total)
+    # vllm:inter_token_latency_seconds: one observation per output of a running request after
+    # its first token (one verification or decode step of that request), engine timestamps.
+    itl_count: int = 0
+    itl_sum_s: float = 0.0
     # Latest busy-window sample of this replica for the router: seconds per decode step as a
     # request lives it, at a mean count of requests in the engine (running + waiting;
     # deployments/pools.py `_push_stats`); `step_sample_id` (the iteration count at its end)
@@ -71,6 +75,9 @@ class EngineStats:
                 setattr(s, attr, getattr(s, attr) + int(m.value))
             elif m.name == "vllm:iteration_tokens_total":
                 s.iterations += int(m.count)
+            elif m.name == "vllm:inter_token_latency_seconds":
+                s.itl_count += int(m.count)
+                s.itl_sum_s += float(m.sum)
             elif m.name == "vllm:spec_decode_num_accepted_tokens_per_pos":
                 s.accepted_per_pos = _add_lists(s.accepted_per_pos, list(m.values))
         return s
@@ -79,7 +86,7 @@ class EngineStats:
         """Adds another engine's stats in place (kv_cache_usage becomes the maximum)."""
         for name in ("num_requests_running", "num_requests_waiting", "generation_tokens",
                      "prompt_tokens", "num_drafts", "num_draft_tokens", "num_accepted_tokens",
-                     "iterations"):
+                     "iterations", "itl_count", "itl_sum_s"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.kv_cache_usage = max(self.kv_cache_usage, other.kv_cache_usage)
         self.accepted_per_pos = _add_lists(self.accepted_per_pos, other.accepted_per_pos)
@@ -88,13 +95,6 @@ class EngineStats:
     def acceptance_rate(self) -> float | None:
         """accepted / proposed draft tokens (vLLM's "acceptance rate"; not α)."""
         return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else None
-
-    @property
-    def sequence_steps(self) -> int:
-        """Steps of single sequences so far: each emits one token plus its accepted drafts, so
-        generation tokens − accepted draft tokens. Counts the steps that carried no draft (an
-        n-gram miss), which vLLM's `num_drafts` omits, and each request's prefill step."""
-        return self.generation_tokens - self.num_accepted_tokens
 
     @property
     def mean_acceptance_length(self) -> float | None:
@@ -111,20 +111,25 @@ def busy_window_samples(prev: EngineStats, now: EngineStats, wall_s: float
 
     - engine_step: seconds per engine step, Δwall / Δiterations, at the mean running batch
       (the autoscaler's roofline, deployments/utilization.py);
-    - request_step: seconds per decode step as a request lives it, Δwall · N / Δsequence-steps
-      at N = the mean count of requests in the engine (running + waiting). A waiting request
-      makes no progress and a prefill step of another request delays a running one; both
-      lengthen it, and E[τ] / request_step is the request's token rate (router/cost.py).
+    - request_step: seconds per decode step as a request lives it, the mean of vLLM's
+      inter-token latencies in the window (Δsum / Δcount of `vllm:inter_token_latency_seconds`:
+      the engine time between two outputs of one running request, each output one verification
+      or decode step), at N = the mean count of requests in the engine (running + waiting).
+      Steps spent on other requests' prefills and on the other pool's work on shared cores
+      lengthen it; time the engine sits idle between requests, and each request's prefill, do
+      not (a window's Δwall / Δsteps counted both: on this 2-core box that made a speculative
+      step at batch 1 look about 3x slower than it is, because its requests end sooner and leave more
+      idle gaps, session-3 benchmark). E[τ] / request_step is a request's decode token rate.
     """
     if not (prev.num_requests_running and now.num_requests_running) or wall_s <= 0:
         return None, None
     steps = now.iterations - prev.iterations
     engine_step = ((prev.num_requests_running + now.num_requests_running) / 2, wall_s / steps
                    ) if steps > 0 else None
-    seq_steps = now.sequence_steps - prev.sequence_steps
+    outputs = now.itl_count - prev.itl_count
     in_engine = (prev.num_requests_running + prev.num_requests_waiting
                  + now.num_requests_running + now.num_requests_waiting) / 2
-    request_step = (in_engine, wall_s * in_engine / seq_steps) if seq_steps > 0 else None
+    request_step = (in_engine, (now.itl_sum_s - prev.itl_sum_s) / outputs) if outputs > 0 else None
     return engine_step, request_step
 
 

@@ -4,13 +4,12 @@ For the vanilla pool a step is T_t(B, 1); for the speculative pool it is γ·T_d
 (draft γ tokens, verify γ+1). Both are measured on the real replicas, never assumed: a profile at
 replica start (`deployments.profile`: B requests decoding together, Δwall / Δengine iterations),
 then online samples while busy. The router's online samples are seconds per decode step as a
-request lives it, Δwall · N / Δsequence-steps at N requests in the engine (running + waiting),
-because Δwall / Δiterations at the running batch mispredicted a request's token rate on our
-2-core CPU box by up to 5x at batch 64 (waiting requests, prefill steps and the other pool on the
-same cores are invisible to it; session-2 reference benchmark); the autoscaler's roofline
-(deployments/utilization.py) keeps Δwall / Δiterations at the running batch.
-Samples are kept per power-of-two batch bucket as an exponentially weighted mean; `step_time(B)`
-interpolates linearly in log2(B) between known buckets and extrapolates flat at the ends.
+request lives it: the mean of vLLM's inter-token latencies (one per output of a running request)
+at N requests in the engine (running + waiting), `deployments.stats.busy_window_samples`.
+Δwall / Δiterations at the running batch mispredicted a request's token rate on our 2-core CPU
+box by up to 5x at batch 64 (session-2 reference benchmark: waiting requests, prefill steps and
+the other pool on the same cores are invisible to it); the autoscaler's roofline
+(deployments/utilization.py) keeps it.
 """
 
 from __future__ import annotations

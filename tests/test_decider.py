@@ -131,33 +131,33 @@ def test_shared_compute_files_samples_at_the_joint_batch(decider):
     assert est.step_times["speculative"].points() == {8: 0.050}
 
 
-def _engine(running, waiting, generated, accepted, iterations):
+def _engine(running, waiting, iterations, outputs, itl_sum_s):
     from deployments.stats import EngineStats
 
     return EngineStats(num_requests_running=running, num_requests_waiting=waiting,
-                       generation_tokens=generated, num_accepted_tokens=accepted,
-                       iterations=iterations)
+                       iterations=iterations, itl_count=outputs, itl_sum_s=itl_sum_s)
 
 
-def test_window_samples_count_sequence_steps_and_waiting_requests():
+def test_window_samples_time_a_request_step_by_inter_token_latency():
     from deployments.stats import busy_window_samples
 
-    # Speculative engine over 2 s: 4 running and 4 waiting throughout; 200 tokens emitted of
-    # which 120 accepted drafts, so 80 sequence-steps; 25 engine steps.
-    engine, request = busy_window_samples(_engine(4, 4, 1000, 500, 100),
-                                          _engine(4, 4, 1200, 620, 125), wall_s=2.0)
+    # Over 2 s, 4 running and 4 waiting throughout; 25 engine steps; 40 outputs of running
+    # requests whose inter-token latencies sum to 4.0 s.
+    engine, request = busy_window_samples(_engine(4, 4, 100, 500, 50.0),
+                                          _engine(4, 4, 125, 540, 54.0), wall_s=2.0)
     assert engine == (4.0, pytest.approx(0.08))  # 2 s / 25 steps at running batch 4
-    # 8 requests share the 80 sequence-steps, 10 each in 2 s: 0.2 s per step as a request
-    # lives it (waiting, and steps that skip it, stretch the engine's 0.08 s); E[τ] = 2.5.
-    assert request == (8.0, pytest.approx(0.2))
-    # a vanilla window: every sequence-step is one token
-    _, request = busy_window_samples(_engine(2, 0, 0, 0, 0), _engine(2, 0, 40, 0, 20), wall_s=1.0)
-    assert request == (2.0, pytest.approx(0.05))
+    # a running request waits 0.1 s between outputs: 0.08 s of its own steps plus the steps
+    # that skipped it; filed at the 8 requests the engine holds
+    assert request == (8.0, pytest.approx(0.1))
+    # idle time between requests is in Δwall but in no inter-token latency
+    _, request = busy_window_samples(_engine(1, 0, 0, 0, 0.0), _engine(1, 0, 20, 19, 0.19),
+                                     wall_s=0.5)
+    assert request == (1.0, pytest.approx(0.01))
 
 
-@pytest.mark.parametrize("prev,now", [((0, 0, 0, 0, 0), (4, 0, 40, 0, 10)),
-                                      ((4, 0, 40, 0, 10), (0, 0, 80, 0, 20)),
-                                      ((4, 0, 40, 0, 10), (4, 0, 40, 0, 10))])
+@pytest.mark.parametrize("prev,now", [((0, 0, 0, 0, 0.0), (4, 0, 10, 40, 0.4)),
+                                      ((4, 0, 10, 40, 0.4), (0, 0, 20, 80, 0.8)),
+                                      ((4, 0, 10, 40, 0.4), (4, 0, 10, 40, 0.4))])
 def test_window_samples_need_a_busy_window_with_progress(prev, now):
     from deployments.stats import busy_window_samples
 
