@@ -32,6 +32,7 @@ class RouteEstimator:
     acceptance: AcceptanceEstimator = None  # type: ignore[assignment]
     step_times: dict[str, StepTimeModel] = field(default_factory=dict)
     _seen_samples: dict[str, int] = field(default_factory=dict)
+    _seen_outputs: dict[str, int] = field(default_factory=dict)  # pool -> itl_count last snapshot
 
     def __post_init__(self) -> None:
         if self.acceptance is None:
@@ -41,19 +42,28 @@ class RouteEstimator:
         """Folds new step-time samples and profiles from a StatsBoard snapshot (each sample once).
 
         A sample is seconds per decode step as a request lives it at a count of requests in the
-        replica's engine (deployments/pools.py `_push_stats`). With `shared_compute` (both pools
-        on one machine's cores) it is filed at the joint count: its own plus the requests the
-        other pools hold now.
+        replica's engine (`deployments.stats.busy_window_samples`). With `shared_compute` (both
+        pools on one machine's cores) the model of each pool is "the machine running B requests
+        on this pool alone", predicted at the joint batch of both pools (`with_step_times`), so
+        a sample is kept only when every other pool was idle: no request in its engines now and
+        no output since the previous snapshot. A sample taken while the other pool also ran
+        mixes both engines' work: in the session-3 benchmark, speculative steps at batch 1 beside
+        7 vanilla requests, filed at the joint batch 8, made the speculative pool look faster than
+        vanilla at batch 8 and sent chat (E[τ] 1.03) to it.
         """
+        idle = {name: p.engine.num_requests_running + p.engine.num_requests_waiting == 0
+                and p.engine.itl_count == self._seen_outputs.get(name, p.engine.itl_count)
+                for name, p in pools.items()}
         for pool, stats in pools.items():
             model = self.step_times.setdefault(pool, StepTimeModel())
             model.load_profile(stats.profile)
-            others = sum(p.engine.num_requests_running + p.engine.num_requests_waiting
-                         for name, p in pools.items() if name != pool) if shared_compute else 0
+            alone = not shared_compute or all(idle[name] for name in pools if name != pool)
             for replica, sample_id, batch, step_s in stats.step_samples:
                 if self._seen_samples.get(replica) != sample_id:
                     self._seen_samples[replica] = sample_id
-                    model.observe(batch + others, step_s)
+                    if alone:
+                        model.observe(batch, step_s)
+        self._seen_outputs = {name: p.engine.itl_count for name, p in pools.items()}
 
     def expected_tokens(self, task: TaskType, temperature: float) -> float:
         """E[τ] for this task and temperature from the current per-position α."""

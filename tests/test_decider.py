@@ -120,15 +120,28 @@ def test_shared_compute_predicts_step_times_at_the_joint_batch(decider, shared, 
     assert loads["speculative"].in_flight == 63
 
 
-def test_shared_compute_files_samples_at_the_joint_batch(decider):
+def test_shared_compute_keeps_only_samples_taken_while_the_other_pool_idled(decider):
     from deployments.stats import EngineStats, PoolStats
 
     est = decider.estimator
-    busy_vanilla = PoolStats(engine=EngineStats(num_requests_running=5, num_requests_waiting=2))
-    sampled = PoolStats(step_samples=[("r1", 1, 1.0, 0.050)])
-    est.update_pools({"vanilla": busy_vanilla, "speculative": sampled}, shared_compute=True)
-    # 1 own + 7 in the other pool's engine (waiting ones too)
-    assert est.step_times["speculative"].points() == {8: 0.050}
+    idle = PoolStats(engine=EngineStats(itl_count=100))
+    est.update_pools({"vanilla": idle, "speculative": PoolStats()}, shared_compute=True)
+    sampled = PoolStats(step_samples=[("r1", 1, 4.0, 0.050)])
+    est.update_pools({"vanilla": idle, "speculative": sampled}, shared_compute=True)
+    assert est.step_times["speculative"].points() == {4: 0.050}
+    # the other pool holds requests, or emitted tokens since the last snapshot: dropped
+    busy = PoolStats(engine=EngineStats(num_requests_running=5, num_requests_waiting=2,
+                                        itl_count=100))
+    est.update_pools({"vanilla": busy, "speculative": PoolStats(
+        step_samples=[("r1", 2, 2.0, 0.5)])}, shared_compute=True)
+    drained = PoolStats(engine=EngineStats(itl_count=130))
+    est.update_pools({"vanilla": drained, "speculative": PoolStats(
+        step_samples=[("r1", 3, 2.0, 0.5)])}, shared_compute=True)
+    assert est.step_times["speculative"].points() == {4: 0.050}
+    # unshared compute keeps every sample, at the pool's own batch
+    est.update_pools({"vanilla": busy, "speculative": PoolStats(
+        step_samples=[("r1", 4, 1.0, 0.020)])}, shared_compute=False)
+    assert est.step_times["speculative"].points() == {1: 0.020, 4: 0.050}
 
 
 def _engine(running, waiting, iterations, outputs, itl_sum_s):
