@@ -45,14 +45,16 @@ class RouteEstimator:
         replica's engine (`deployments.stats.busy_window_samples`). With `shared_compute` (both
         pools on one machine's cores) the model of each pool is "the machine running B requests
         on this pool alone", predicted at the joint batch of both pools (`with_step_times`), so
-        a sample is kept only when every other pool was idle: no request in its engines now and
-        no output since the previous snapshot. A sample taken while the other pool also ran
+        a sample is kept only when every other pool was idle: no output from its engines since
+        the previous snapshot. A sample taken while the other pool also ran
         mixes both engines' work: in the session-3 benchmark, speculative steps at batch 1 beside
         7 vanilla requests, filed at the joint batch 8, made the speculative pool look faster than
         vanilla at batch 8 and sent chat (E[τ] 1.03) to it.
         """
-        idle = {name: p.engine.num_requests_running + p.engine.num_requests_waiting == 0
-                and p.engine.itl_count == self._seen_outputs.get(name, p.engine.itl_count)
+        # vLLM's running/waiting gauges refresh only on engine steps, so an engine that went
+        # idle can read 1 running for good; an engine with running requests emits outputs
+        # every step, so "no output since the last snapshot" is the idle test.
+        idle = {name: p.engine.itl_count == self._seen_outputs.get(name, p.engine.itl_count)
                 for name, p in pools.items()}
         for pool, stats in pools.items():
             model = self.step_times.setdefault(pool, StepTimeModel())

@@ -129,19 +129,20 @@ def test_shared_compute_keeps_only_samples_taken_while_the_other_pool_idled(deci
     sampled = PoolStats(step_samples=[("r1", 1, 4.0, 0.050)])
     est.update_pools({"vanilla": idle, "speculative": sampled}, shared_compute=True)
     assert est.step_times["speculative"].points() == {4: 0.050}
-    # the other pool holds requests, or emitted tokens since the last snapshot: dropped
-    busy = PoolStats(engine=EngineStats(num_requests_running=5, num_requests_waiting=2,
-                                        itl_count=100))
+    # the other pool emitted tokens since the last snapshot: dropped
+    busy = PoolStats(engine=EngineStats(num_requests_running=5, itl_count=130))
     est.update_pools({"vanilla": busy, "speculative": PoolStats(
         step_samples=[("r1", 2, 2.0, 0.5)])}, shared_compute=True)
-    drained = PoolStats(engine=EngineStats(itl_count=130))
-    est.update_pools({"vanilla": drained, "speculative": PoolStats(
-        step_samples=[("r1", 3, 2.0, 0.5)])}, shared_compute=True)
     assert est.step_times["speculative"].points() == {4: 0.050}
+    # no output since: idle, whatever its (step-refreshed) running gauge still says
+    stale = PoolStats(engine=EngineStats(num_requests_running=1, itl_count=130))
+    est.update_pools({"vanilla": stale, "speculative": PoolStats(
+        step_samples=[("r1", 3, 2.0, 0.030)])}, shared_compute=True)
+    assert est.step_times["speculative"].points() == {2: 0.030, 4: 0.050}
     # unshared compute keeps every sample, at the pool's own batch
     est.update_pools({"vanilla": busy, "speculative": PoolStats(
         step_samples=[("r1", 4, 1.0, 0.020)])}, shared_compute=False)
-    assert est.step_times["speculative"].points() == {1: 0.020, 4: 0.050}
+    assert est.step_times["speculative"].points() == {1: 0.020, 2: 0.030, 4: 0.050}
 
 
 def _engine(running, waiting, iterations, outputs, itl_sum_s):
