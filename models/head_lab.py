@@ -90,7 +90,7 @@ def _train_ttt(head, target: LlamaForCausalLM, data: HeadData, heldout: HeadData
                   eagle3_loss(head, target, data, params.ttt_steps, params.ttt_decay),
                   Schedule(steps, params.eagle3_lr, params.warmup_steps), desc=desc)
     return {"train": _train_report(stats), "untrained_heldout": before,
-            "heldout": eagle3_agreement(head, target, heldout, params.ttt_steps)}
+            "heldout": eagle3_agreement(head, target, heldout, params.ttt_steps, params.prompt_len)}
 
 
 def train_medusa(target: LlamaForCausalLM, data: HeadData, heldout: HeadData,

@@ -112,8 +112,12 @@ def summary(reports: dict[str, dict]) -> str:
     lines = []
     for kind, r in reports.items():
         ev = r.get("heldout", {})
+        chain = ev.get("chain")
         lines.append(f"{kind}: held-out greedy agreement α {ev.get('alpha')} -> mean acceptance "
-                     f"length {ev.get('mean_acceptance_length')}; train {r['train']['wall_s']:.0f} s"
+                     f"length {ev.get('mean_acceptance_length')}"
+                     + (f"; as vLLM counts it α {chain['alpha']}, mean acceptance length "
+                        f"{chain['mean_acceptance_length']}" if chain else "")
+                     + f"; train {r['train']['wall_s']:.0f} s"
                      f" ({r['train']['steps']} steps){' (cached)' if r.get('cached') else ''}")
     return "\n".join(lines)
 
