@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from transformers import LlamaForCausalLM
+from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 from models.distill import continue_tokens
 from models.stream import TokenStream
@@ -33,14 +33,39 @@ class HeadData:
         return HeadData(self.ids[picks], self.aux[picks], self.final[picks])
 
 
+def chat_turn_ids(tokenizer: PreTrainedTokenizerFast) -> tuple[list[int], list[int]]:
+    """(prefix, suffix) token ids the chat template puts around one user message, generation prompt
+    included: `<|bos|><|user|>\n` and `<|end|>\n<|assistant|>\n` for the lab's template."""
+    marker = "\x00"
+    text = tokenizer.apply_chat_template([{"role": "user", "content": marker}],
+                                         add_generation_prompt=True, tokenize=False)
+    before, after = text.split(marker)
+    return (tokenizer(before, add_special_tokens=False).input_ids,
+            tokenizer(after, add_special_tokens=False).input_ids)
+
+
 def write_sequences(target: LlamaForCausalLM, stream: TokenStream, count: int, prompt_len: int,
                     new_tokens: int, temperatures: tuple[float, ...],
-                    generator: torch.Generator) -> torch.Tensor:
-    """`count` rows of `prompt_len` corpus tokens then `new_tokens` target tokens: int64 [count, T].
+                    generator: torch.Generator, formats: tuple[str, ...] = ("raw",),
+                    chat_turn: tuple[list[int], list[int]] = ([], [])) -> torch.Tensor:
+    """`count` rows of a `prompt_len`-token prompt then `new_tokens` target tokens: int64 [count, T].
 
-    Row i is written at temperatures[i % len(temperatures)] (0 = greedy).
+    Row i is written at temperatures[i % len(temperatures)] (0 = greedy); its prompt is a corpus
+    window as is when formats[i % len(formats)] is "raw", or, when "chat", a shorter window wrapped
+    as one user turn of the chat template (`chat_turn` = (prefix, suffix) ids), so the target
+    answers as it does behind the chat API.
+
+    Raises:
+        ValueError: a chat row's prompt_len leaves no room for the window.
     """
     prompts = stream.random_windows(count, prompt_len, generator)
+    prefix, suffix = (torch.tensor(t, dtype=torch.int64) for t in chat_turn)
+    body = prompt_len - len(prefix) - len(suffix)
+    if "chat" in formats and body < 1:
+        raise ValueError(f"prompt_len: {prompt_len} leaves no room inside the chat turn")
+    for i in range(count):
+        if formats[i % len(formats)] == "chat":
+            prompts[i] = torch.cat([prefix, prompts[i, :body], suffix])
     out = torch.empty(count, prompt_len + new_tokens, dtype=torch.int64)
     n = len(temperatures)
     for i, temp in enumerate(temperatures):

@@ -20,7 +20,7 @@ from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 from models.corpus import load_corpus
 from models.eagle1 import Eagle1Head
 from models.eagle3 import Eagle3Head
-from models.head_data import HeadData, target_features, write_sequences
+from models.head_data import HeadData, chat_turn_ids, target_features, write_sequences
 from models.head_params import HeadParams
 from models.head_train import (eagle3_agreement, eagle3_loss, medusa_agreement, medusa_loss,
                                row_batches)
@@ -50,14 +50,16 @@ def make_data(target: LlamaForCausalLM, target_dir: Path, params: HeadParams
               ) -> tuple[HeadData, HeadData]:
     """(train, held-out) data: target-written sequences from train-split and held-out prompts.
 
-    Held-out rows are greedy only (how vLLM drafts at temperature 0).
+    Held-out rows are greedy only (how vLLM drafts at temperature 0), in the same prompt formats.
     """
     train_stream, heldout_stream = corpus_streams(target_dir.resolve())
+    chat_turn = chat_turn_ids(PreTrainedTokenizerFast.from_pretrained(target_dir))
     gen = torch.Generator().manual_seed(params.seed)
     ids = write_sequences(target, train_stream, params.sequences, params.prompt_len,
-                          params.new_tokens, params.temperatures, gen)
+                          params.new_tokens, params.temperatures, gen, params.prompt_formats,
+                          chat_turn)
     eval_ids = write_sequences(target, heldout_stream, params.eval_sequences, params.prompt_len,
-                               params.new_tokens, (0.0,), gen)
+                               params.new_tokens, (0.0,), gen, params.prompt_formats, chat_turn)
     return (target_features(target, ids, params.aux_layer_ids),
             target_features(target, eval_ids, params.aux_layer_ids))
 
@@ -90,7 +92,7 @@ def _train_ttt(head, target: LlamaForCausalLM, data: HeadData, heldout: HeadData
                   eagle3_loss(head, target, data, params.ttt_steps, params.ttt_decay),
                   Schedule(steps, params.eagle3_lr, params.warmup_steps), desc=desc)
     return {"train": _train_report(stats), "untrained_heldout": before,
-            "heldout": eagle3_agreement(head, target, heldout, params.ttt_steps)}
+            "heldout": eagle3_agreement(head, target, heldout, params.ttt_steps, params.prompt_len)}
 
 
 def train_medusa(target: LlamaForCausalLM, data: HeadData, heldout: HeadData,

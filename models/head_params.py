@@ -9,6 +9,7 @@ CPU cores including the target-written training data.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Literal
 
 # Bumped whenever a code change alters the weights given HeadParams produce.
 HEADS_CODE_VERSION = "heads-1"
@@ -25,6 +26,9 @@ class HeadParams:
     prompt_len: int = 32
     new_tokens: int = 128
     temperatures: tuple[float, ...] = (0.0, 0.0, 1.0)
+    # Row i's prompt: a corpus window as is ("raw") or wrapped as one user turn of the chat template
+    # ("chat", how the chat API serves), by prompt_formats[i % len(prompt_formats)].
+    prompt_formats: tuple[Literal["raw", "chat"], ...] = ("raw", "chat")
     # EAGLE-3: the target's layer outputs it fuses (vLLM aux ids: 0 = embeddings, i = output of
     # decoder layer i-1 with the residual added), low / mid / high for the 6-layer target.
     aux_layer_ids: tuple[int, ...] = (2, 4, 6)
@@ -58,6 +62,9 @@ class HeadParams:
         if len(set(self.aux_layer_ids)) != len(self.aux_layer_ids) or min(self.aux_layer_ids) < 1:
             raise ValueError(f"aux_layer_ids: must be distinct layer outputs >= 1, "
                              f"got {self.aux_layer_ids}")
+        if not self.prompt_formats or set(self.prompt_formats) - {"raw", "chat"}:
+            raise ValueError(f"prompt_formats: must be non-empty, of 'raw' and 'chat', "
+                             f"got {self.prompt_formats}")
         if not self.temperatures or min(self.temperatures) < 0:
             raise ValueError(f"temperatures: must be non-empty and >= 0, got {self.temperatures}")
 

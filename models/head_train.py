@@ -87,11 +87,53 @@ def agreement(logits: list[torch.Tensor], target: LlamaForCausalLM, data: HeadDa
     return {"alpha": [round(a, 4) for a in alpha], "mean_acceptance_length": round(length, 4)}
 
 
-def eagle3_agreement(head: Eagle3Head, target: LlamaForCausalLM, data: HeadData, steps: int) -> dict:
-    """`agreement` of an EAGLE-3 (or EAGLE-1, a subclass) head unrolled `steps` times over `data`."""
+@torch.no_grad()
+def chain_acceptance(logits: list[torch.Tensor], target: LlamaForCausalLM, data: HeadData,
+                     start: int) -> dict:
+    """Per-position acceptance as vLLM counts it for a chain drafter at temperature 0.
+
+    Each greedy row is decoded from `start` (its prompt length) as vLLM does: with tokens < L
+    verified, the drafter starts at anchor L - 2 and its drafts are accepted while they equal the
+    target's argmax; then L grows by the accepted count + 1 (the bonus token). Draft j at anchor a
+    is unrolled step j there: until a draft is rejected the drafter's inputs are the true tokens,
+    so the teacher-forced `logits` give its drafts. Unlike `agreement`, α_j is conditional on
+    α_1..α_{j-1} and only anchors the walk visits count: on a loop of period 2 a head right at one
+    phase only gets α_1 = 1 and α_2 = 0 here, but 0.5 and 0.5 in `agreement`.
+
+    Returns:
+        {"alpha": [α_1..α_k], "mean_acceptance_length": 1 + accepted / drafts, "drafts": n}.
+    """
+    pairs = _step_pairs(logits, target_logprobs(target, data.final))
+    ok = [h.argmax(-1) == t.argmax(-1) for h, t in pairs]  # [B, T - 1 - j] per draft position j
+    k, t = len(logits), data.ids.shape[1]
+    drafts, accepted = 0, [0] * k
+    for row in range(data.ids.shape[0]):
+        length = start + 1
+        while length + k <= t:
+            n = 0
+            while n < k and ok[n][row, length - 2]:
+                n += 1
+            drafts += 1
+            for j in range(n):
+                accepted[j] += 1
+            length += n + 1
+    alpha = [a / d if d else 0.0 for a, d in zip(accepted, [drafts, *accepted[:-1]])]
+    return {"alpha": [round(a, 4) for a in alpha],
+            "mean_acceptance_length": round(1 + sum(accepted) / drafts, 4) if drafts else 1.0,
+            "drafts": drafts}
+
+
+def eagle3_agreement(head: Eagle3Head, target: LlamaForCausalLM, data: HeadData, steps: int,
+                     start: int | None = None) -> dict:
+    """`agreement` of an EAGLE-3 (or EAGLE-1, a subclass) head unrolled `steps` times over `data`;
+    with `start` (the rows' prompt length) also its `chain_acceptance` under "chain"."""
     head.eval()
     with torch.no_grad():
-        return agreement(head.unrolled(getattr(data, head.feature), data.ids, steps), target, data)
+        logits = head.unrolled(getattr(data, head.feature), data.ids, steps)
+        out = agreement(logits, target, data)
+        if start is not None:
+            out["chain"] = chain_acceptance(logits, target, data, start)
+        return out
 
 
 def medusa_agreement(heads: MedusaHeads, target: LlamaForCausalLM, data: HeadData) -> dict:

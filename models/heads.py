@@ -35,8 +35,8 @@ from models.manifest import MANIFEST_NAME, atomic_dir, default_models_dir, read_
 HEAD_KINDS = ("eagle3", "medusa", "eagle")
 DEFAULT_KINDS = ("eagle3", "medusa")  # what `make models` builds; EAGLE-1 is opt-in
 REPORT_NAME = "report.json"
-_COMMON = ("seed", "sequences", "prompt_len", "new_tokens", "temperatures", "batch_size",
-           "warmup_steps", "eval_sequences")
+_COMMON = ("seed", "sequences", "prompt_len", "new_tokens", "temperatures", "prompt_formats",
+           "batch_size", "warmup_steps", "eval_sequences")
 _FIELDS = {"eagle3": _COMMON + ("aux_layer_ids", "ttt_steps", "ttt_decay", "eagle3_steps", "eagle3_lr"),
            "medusa": _COMMON + ("medusa_heads", "medusa_steps", "medusa_lr"),
            "eagle": _COMMON + ("ttt_steps", "ttt_decay", "eagle_steps", "eagle3_lr")}
@@ -112,8 +112,12 @@ def summary(reports: dict[str, dict]) -> str:
     lines = []
     for kind, r in reports.items():
         ev = r.get("heldout", {})
+        chain = ev.get("chain")
         lines.append(f"{kind}: held-out greedy agreement α {ev.get('alpha')} -> mean acceptance "
-                     f"length {ev.get('mean_acceptance_length')}; train {r['train']['wall_s']:.0f} s"
+                     f"length {ev.get('mean_acceptance_length')}"
+                     + (f"; as vLLM counts it α {chain['alpha']}, mean acceptance length "
+                        f"{chain['mean_acceptance_length']}" if chain else "")
+                     + f"; train {r['train']['wall_s']:.0f} s"
                      f" ({r['train']['steps']} steps){' (cached)' if r.get('cached') else ''}")
     return "\n".join(lines)
 

@@ -10,13 +10,17 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors import safe_open
+from transformers import PreTrainedTokenizerFast
 
 from models import head_lab
 from models.eagle1 import Eagle1Head
 from models.eagle3 import Eagle3Head
+from models.head_data import HeadData, chat_turn_ids, target_logprobs, write_sequences
 from models.head_params import HeadParams
+from models.head_train import agreement, chain_acceptance
 from models.heads import DEFAULT_KINDS, HEAD_KINDS, build_heads
 from models.medusa import MedusaHeads
+from models.stream import TokenStream
 
 TINY = HeadParams(sequences=4, prompt_len=16, new_tokens=24, eval_sequences=2, eagle3_steps=2,
                   eagle_steps=2, medusa_steps=2, ttt_steps=3, medusa_heads=3, batch_size=2, warmup_steps=1)
@@ -116,6 +120,48 @@ def test_unrolled_steps_are_causal(lab):
         last = 8 - j - 2  # anchors i with i + j + 1 <= 7 saw only unchanged tokens
         assert torch.allclose(a[j][0, :last + 1], b[j][0, :last + 1], atol=1e-5)
         assert not torch.allclose(a[j][0, last + 1:], b[j][0, last + 1:])
+
+
+def test_chat_rows_are_chat_turns_of_prompt_len(lab):
+    """Every other row's prompt is a corpus window inside one user turn of the chat template,
+    generation prompt included; raw rows are plain corpus windows; all prompts prompt_len long."""
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(Path(lab) / "target")
+    prefix, suffix = chat_turn_ids(tokenizer)
+    assert tokenizer.apply_chat_template([{"role": "user", "content": "hello"}],
+                                         add_generation_prompt=True, tokenize=True,
+                                         return_dict=False) == (
+        prefix + tokenizer("hello", add_special_tokens=False).input_ids + suffix)
+    target = head_lab.load_target(Path(lab))
+    stream = TokenStream(torch.arange(10, 400))
+    rows = write_sequences(target, stream, 4, 16, 2, (0.0,), torch.Generator().manual_seed(0),
+                           ("raw", "chat"), (prefix, suffix))
+    assert rows.shape == (4, 18)
+    for raw, chat in ((rows[0], rows[1]), (rows[2], rows[3])):
+        assert raw[:16].tolist() == list(range(raw[0].item(), raw[0].item() + 16))
+        body = chat[len(prefix):16 - len(suffix)].tolist()
+        assert chat[:16].tolist() == prefix + body + suffix
+        assert body == list(range(body[0], body[0] + len(body)))
+
+
+def test_chain_acceptance_counts_as_vllm_does(lab):
+    """A head right at one phase of a period-2 pattern: `agreement` says 0.5 per position, the walk
+    vLLM makes locks into the good phase for draft 1 and never accepts draft 2."""
+    target = head_lab.load_target(Path(lab))
+    ids = torch.randint(3, 4000, (1, 20), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        final = target.model(input_ids=ids).last_hidden_state
+    data = HeadData(ids, final, final)
+    good = target_logprobs(target, final)  # [1, T, V]; step j at anchor a is scored at a + j + 1
+    logits = []
+    for j in range(2):
+        lg = torch.cat([good[:, j + 1:], good[:, :j + 1]], 1).clone()
+        odd = [a for a in range(20) if (a + j) % 2]
+        lg[0, odd] = -good[0, odd]  # wrong argmax where a + j is odd
+        logits.append(lg)
+    assert agreement(logits, target, data)["alpha"] == pytest.approx([0.5, 0.5], abs=0.06)
+    # L = 5: anchor 3 fails; then anchors 4, 6, ..., 16 accept draft 1 only (L + 2 <= 20)
+    chain = chain_acceptance(logits, target, data, start=4)
+    assert chain == {"alpha": [0.875, 0.0], "mean_acceptance_length": 1.875, "drafts": 8}
 
 
 # ---- through vLLM (slow): the default heads, one spawned engine per checkpoint ----
