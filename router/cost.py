@@ -33,19 +33,30 @@ class StepTimeModel:
 
     weight: float = 0.2
     _mean_s: dict[int, float] = field(default_factory=dict)
+    _profiled: set[int] = field(default_factory=set)  # buckets still holding a profile point
 
     def observe(self, batch: float, step_s: float) -> None:
-        """Folds one measured step time (seconds) at running batch `batch` into its bucket."""
+        """Folds one measured step time (seconds) at running batch `batch` into its bucket; the
+        first sample of a bucket replaces its profile point rather than averaging with it (both
+        pools profile at once when they start on shared cores, so profile points can be ~1.5x
+        high: session-3 benchmark, speculative batch 1 profiled 28 ms against ~20 ms served)."""
         if step_s <= 0 or batch <= 0:
             return
         b = bucket_of(batch)
         old = self._mean_s.get(b)
-        self._mean_s[b] = step_s if old is None else old + self.weight * (step_s - old)
+        if old is None or b in self._profiled:
+            self._profiled.discard(b)
+            self._mean_s[b] = step_s
+        else:
+            self._mean_s[b] = old + self.weight * (step_s - old)
 
     def load_profile(self, profile: dict[int, float]) -> None:
         """Seeds buckets from a startup profile {batch: step seconds} where no sample exists."""
         for batch, step_s in profile.items():
-            self._mean_s.setdefault(bucket_of(batch), step_s)
+            b = bucket_of(batch)
+            if b not in self._mean_s:
+                self._mean_s[b] = step_s
+                self._profiled.add(b)
 
     def step_time(self, batch: float) -> float | None:
         """Seconds per step at `batch`; None before any profile or sample."""

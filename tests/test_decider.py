@@ -177,3 +177,16 @@ def test_window_samples_need_a_busy_window_with_progress(prev, now):
 
     engine, request = busy_window_samples(_engine(*prev), _engine(*now), wall_s=1.0)
     assert engine is None and request is None
+
+
+def test_first_sample_of_a_bucket_replaces_its_profile_point():
+    from router.cost import StepTimeModel
+
+    model = StepTimeModel(weight=0.2)
+    model.load_profile({1: 0.028, 4: 0.060})
+    model.observe(1, 0.020)
+    assert model.points() == {1: 0.020, 4: 0.060}
+    model.observe(1, 0.030)  # later samples average (EWMA)
+    assert model.points()[1] == pytest.approx(0.022)
+    model.load_profile({1: 0.5})  # a profile never overrides what was measured
+    assert model.points()[1] == pytest.approx(0.022)
