@@ -13,7 +13,9 @@ PYTEST_ARGS ?=
 
 .PHONY: setup models serve test bench kube-apiserver
 
-$(STAMP): pyproject.toml
+# No prerequisite: the stamp's name carries pyproject.toml's hash, and a fresh clone's
+# pyproject.toml is always newer than the stamp (that re-ran pip on every clone).
+$(STAMP):
 	python3 -m venv $(VENV)
 	python3 -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
 	print('\n'.join(p['dependencies'] + p['optional-dependencies']['$(ENGINE)'] \
