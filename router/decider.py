@@ -43,6 +43,7 @@ class RouteDecider:
                                    if "speculative" in self.pools else None)
         self._last_auto_route: dict[TaskType, Route] = {}  # per task type, for hysteresis
         self._runtime_pin: str | None = None  # None: the config's router.pin
+        self._pin_version = 0  # bumped by set_pin: a board read that spans it is stale
 
     @property
     def pin(self) -> str:
@@ -66,6 +67,7 @@ class RouteDecider:
         if pin not in (None, "auto") and pin not in self.pools:
             raise ValueError(f"pin: pool {pin!r} is not configured")
         self._runtime_pin = pin
+        self._pin_version += 1
 
     def decide(self, body, loads: dict[Route, PoolLoad],
                prompt_len: int | None = None) -> tuple[RequestFeatures, Decision]:
@@ -120,8 +122,10 @@ class RouteDecider:
             try:
                 board.report_acceptance.remote(replica_id,
                                                self.estimator.acceptance.local_counts())
+                version = self._pin_version
                 state = await board.router_state.remote(replica_id)
-                self._runtime_pin = state.pin
+                if version == self._pin_version:  # no set_pin meanwhile: the board is current
+                    self._runtime_pin = state.pin
                 self.estimator.acceptance.set_remote(state.acceptance)
             except Exception:  # the board restarts on failure; keep the last state meanwhile
                 logger.exception("stats board unreachable")

@@ -298,6 +298,9 @@ class SpecserveIngress(OpenAiIngress):
         except ValueError as e:
             return error_response(400, str(e), param="pin")
         await self._board.set_pin.remote(body["pin"])
+        # again once the board has it: a board read issued before that ack, by this replica's
+        # share loop, must not put the old pin back
+        self._decider.set_pin(body["pin"])
         logger.info(json.dumps({"event": "pin", "pin": body["pin"]}))
         return JSONResponse(await self.get_policy())
 

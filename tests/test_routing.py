@@ -31,10 +31,11 @@ def _metric(client, name: str) -> float | None:
 
 
 def test_acceptance_estimate_converges_on_a_code_stream(client):
-    # The session application keeps one estimator for every test; earlier tests fill the greedy
-    # buckets with their own traffic (half-life 5000 steps), so this stream uses the t≤1.0 bucket,
-    # which no other test sends code to, and checks first that it is empty.
-    temperature, bucket = 0.8, "t≤1.0"
+    # The session application keeps one estimator for every test; earlier tests fill the lower
+    # buckets with their own traffic (half-life 5000 steps; the soak's forced-speculative mixed
+    # load reaches t≤1.0), so this stream uses the t>1.0 bucket, which only a forced
+    # `route: speculative` above temperature 1 reaches, and checks first that it is empty.
+    temperature, bucket = 1.05, "t>1.0"
     name = f'specserve_mean_acceptance_length{{task="code",temperature="{bucket}"}}'
     assert _metric(client, name) is None, f"another test already sent code at {bucket}"
     observed_steps = observed_accepted = 0
@@ -50,7 +51,8 @@ def test_acceptance_estimate_converges_on_a_code_stream(client):
     measured = 1 + observed_accepted / observed_steps  # mean acceptance length of this stream
     estimate = _metric(client, name)
     assert estimate is not None
-    # the prior (α = 0.7, E[τ] = 2.77 at γ = 4) weighs 20 steps against the stream's hundreds
+    # the prior (α = 0.7, E[τ] = 2.77 at γ = 4) weighs 20 steps per position against the
+    # stream's hundreds
     assert estimate == pytest.approx(measured, rel=0.15)
 
 
