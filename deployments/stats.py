@@ -54,7 +54,7 @@ class EngineStats:
     itl_sum_s: float = 0.0
     # Latest busy-window sample of this replica for the router: seconds per decode step as a
     # request lives it, at a mean count of requests in the engine (running + waiting;
-    # deployments/pools.py `_push_stats`); `step_sample_id` (the iteration count at its end)
+    # `busy_window_samples`); `step_sample_id` (the iteration count at its end)
     # lets readers take each sample once.
     step_s: float = 0.0
     step_batch: float = 0.0
@@ -118,8 +118,8 @@ def busy_window_samples(prev: EngineStats, now: EngineStats, wall_s: float
       Steps spent on other requests' prefills and on the other pool's work on shared cores
       lengthen it; time the engine sits idle between requests, and each request's prefill, do
       not (a window's Δwall / Δsteps counted both: on this 2-core box that made a speculative
-      step at batch 1 look about 3x slower than it is, because its requests end sooner and leave more
-      idle gaps, session-3 benchmark). E[τ] / request_step is a request's decode token rate.
+      step at batch 1 look about 3x slower than it is, because its requests end sooner and
+      leave more idle gaps, session-3 benchmark). E[τ] / request_step is a request's decode token rate.
     """
     if not (prev.num_requests_running and now.num_requests_running) or wall_s <= 0:
         return None, None
