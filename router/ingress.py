@@ -29,13 +29,13 @@ from vllm.entrypoints.generate.base.protocol import StreamOptions
 
 from cluster.config import Route, SpecserveConfig, TaskType, read_config_value
 from deployments.logs import use_serve_log_handlers
-from deployments.stats import get_board
+from deployments.stats import PUSH_PERIOD_S, get_board
 from router.admission import admit
 from router.auth import OPEN_PATHS, ApiKeys
 from router.decider import RouteDecider, route_headers
 from router.features import max_prompt_tokens, prompt_tokens
 from router.errors import RequestError, error_response, install_error_handlers
-from router.health import REPLICA_FAILURES, PoolHealth
+from router.health import REPLICA_FAILURES, PoolHealth, PoolLost, await_unless_gone
 from router.metrics import CONTENT_TYPE, RouterMetrics
 from router.policy import PoolLoad, RequestFeatures
 from router.pressure import PressureTracker
@@ -161,6 +161,22 @@ class SpecserveIngress(OpenAiIngress):
             self._pressure.finish(route)
         return response
 
+    async def _forward_watched(self, body, call_method: str, raw_request: Request | None,
+                               route: Route) -> Response:
+        """`_forward`, abandoned with `PoolLost` if `route`'s last replica leaves the StatsBoard
+        before the response begins (a stream: its first chunk). Serve's handle would hold such a
+        request until a new replica starts, minutes for a vLLM engine (router/health.py); nothing
+        has reached the client yet, so the caller may retry it on the other pool."""
+        async def release(response: Response) -> None:
+            if isinstance(response, StreamingResponse):
+                self._pressure.finish(route)
+                aclose = getattr(response.body_iterator, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+
+        return await await_unless_gone(self._forward(body, call_method, raw_request, route),
+                                       route, self._health, PUSH_PERIOD_S, release)
+
     async def _process_llm_request(self, body, call_method: str,
                                    raw_request: Request | None = None) -> Response:
         await self._get_model_id(body.model)  # 404 before any decision is counted
@@ -200,11 +216,11 @@ class SpecserveIngress(OpenAiIngress):
             body.stream_options, strip_usage = StreamOptions(include_usage=True), True
         for attempt in (1, 2):  # a replica failure before any output is retried once
             try:
-                response = await self._forward(body, call_method, raw_request, route)
+                response = await self._forward_watched(body, call_method, raw_request, route)
                 break
             except OpenAIHTTPException as e:  # the engine refused it: say which path did
                 return error_response(e.status_code, e.message, headers=headers)
-            except REPLICA_FAILURES as e:
+            except (*REPLICA_FAILURES, PoolLost) as e:
                 self._health.failed(route)
                 retry = self._retry_route(route)
                 logger.warning(json.dumps({"event": "replica_failure", "route": route,

@@ -7,6 +7,7 @@ The application (both pools, real vLLM engines, real local Ray) starts once per 
 from __future__ import annotations
 
 import os
+import time
 
 import httpx
 import pytest
@@ -65,5 +66,15 @@ def server(serve_config) -> str:
 
 @pytest.fixture
 def client(server) -> httpx.Client:
+    """A client of the session application, once both pools have a live replica (a test that
+    killed one waits for it, but a failed one may not have: this keeps the failure its own)."""
     with httpx.Client(base_url=server, timeout=120) as c:
+        deadline = time.monotonic() + 300
+        while True:
+            pools = c.get("/health").json()["pools"]
+            if all(p["replicas"] > 0 for p in pools.values()):
+                break
+            if time.monotonic() > deadline:
+                pytest.fail(f"a pool has no live replica after 300 s: {pools}")
+            time.sleep(2)
         yield c

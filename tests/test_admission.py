@@ -1,13 +1,16 @@
-"""Admission control, pool health and the `pool_unavailable` fallback as decision tables."""
+"""Admission control, pool health and the `pool_unavailable` fallback as decision tables; a
+request waiting on a pool that goes (`await_unless_gone`)."""
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 
 from cluster.config import RouterConfig
 from deployments.stats import PoolStats
 from router.admission import admit
-from router.health import PoolHealth
+from router.health import PoolHealth, PoolLost, await_unless_gone
 from router.policy import Decision, PoolLoad, RequestFeatures, choose_route
 
 CAP = 4
@@ -65,3 +68,70 @@ def test_pool_health_after_a_failure_and_a_restart():
     assert not health.available("speculative")          # seen before, no replica now
     health.observe({"speculative": PoolStats(replicas=1), "vanilla": PoolStats(replicas=1)})
     assert health.available("speculative")              # its replacement reports
+
+
+def test_a_pool_is_gone_only_when_its_last_replica_left_the_board():
+    health = PoolHealth(hold_s=5.0, clock=_Clock())
+    assert not health.gone("speculative")               # never listed: not gone
+    health.observe({"speculative": PoolStats(replicas=2), "vanilla": PoolStats(replicas=1)})
+    health.failed("speculative")                        # one replica failed a request
+    assert not health.gone("speculative") and not health.available("speculative")
+    health.observe({"speculative": PoolStats(replicas=1), "vanilla": PoolStats(replicas=1)})
+    assert not health.gone("speculative")               # the other replica still serves
+    health.observe({"vanilla": PoolStats(replicas=1)})
+    assert health.gone("speculative") and not health.gone("vanilla")
+
+
+def _gone_after(health: PoolHealth, delay_s: float):
+    async def _later():
+        await asyncio.sleep(delay_s)
+        health.observe({"vanilla": PoolStats(replicas=1)})
+    return asyncio.ensure_future(_later())
+
+
+def test_a_request_waiting_on_a_pool_that_goes_is_cancelled_with_pool_lost():
+    async def run():
+        health = PoolHealth()
+        health.observe({"speculative": PoolStats(replicas=1), "vanilla": PoolStats(replicas=1)})
+        cancelled = []
+
+        async def queued_in_the_handle():  # Serve holds it until a replica starts
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                cancelled.append(True)
+                raise
+
+        _gone_after(health, 0.05)
+        t0 = asyncio.get_running_loop().time()
+        with pytest.raises(PoolLost) as e:
+            await await_unless_gone(queued_in_the_handle(), "speculative", health, 0.01)
+        assert e.value.pool == "speculative" and cancelled == [True]
+        assert asyncio.get_running_loop().time() - t0 < 1.0
+        # a pool that stays: the result comes through; the other pool going does not matter
+        assert await await_unless_gone(asyncio.sleep(0.05, "ok"), "vanilla", health, 0.01) == "ok"
+
+    asyncio.run(run())
+
+
+def test_cancelling_the_caller_cancels_the_request():
+    async def run():
+        health = PoolHealth()
+        started, cancelled = asyncio.Event(), []
+
+        async def in_pool():
+            started.set()
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                cancelled.append(True)
+                raise
+
+        caller = asyncio.ensure_future(await_unless_gone(in_pool(), "vanilla", health, 0.01))
+        await started.wait()
+        caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        assert cancelled == [True]
+
+    asyncio.run(run())
