@@ -10,6 +10,10 @@ PY     := $(VENV)/bin/python
 ENGINE ?= cpu
 STAMP  := $(VENV)/.deps-$(ENGINE)-$(shell sha256sum pyproject.toml | cut -c1-16)
 PYTEST_ARGS ?=
+# Where the model lab and the tests look (models/manifest.py, cluster/config.py, tests/kubeapi.py):
+# follow CACHE, so `make test CACHE=/elsewhere` builds and uses one place.
+export SPECSERVE_MODELS_DIR ?= $(CACHE)/models
+export KUBE_APISERVER_BIN ?= $(CACHE)/kube-apiserver/kube-apiserver
 
 .PHONY: setup models serve test bench kube-apiserver
 
