@@ -2,7 +2,8 @@
 
 The draft is trained to minimise KL(p_target || p_draft) at every position (Hinton et al. 2015,
 temperature 1) on a mix of corpus windows and continuations the target wrote itself (greedy and
-sampled), i.e. on the prefixes it meets when it drafts for the target in vLLM.
+sampled, from raw and chat-template prompts: `models.head_data.write_sequences`), i.e. on the
+prefixes it meets when it drafts for the target in vLLM.
 """
 
 from __future__ import annotations
@@ -53,23 +54,6 @@ def continue_tokens(model: LlamaForCausalLM, prompts: torch.Tensor, new_tokens: 
             out = model(input_ids=nxt, past_key_values=out.past_key_values, use_cache=True)
         chunks.append(torch.cat(seq, dim=1))
     return torch.cat(chunks)
-
-
-def write_distill_set(target: LlamaForCausalLM, stream: TokenStream, count: int, length: int,
-                      prompt_len: int, generator: torch.Generator,
-                      temperatures: tuple[float, ...] = (0.0, 1.0)) -> torch.Tensor:
-    """Target-written sequences from random corpus prompts: int64 [count, length].
-
-    Row i uses temperatures[i % len(temperatures)]; every row is `prompt_len` corpus tokens then
-    `length - prompt_len` target tokens.
-    """
-    prompts = stream.random_windows(count, prompt_len, generator)
-    rows = [continue_tokens(target, prompts[i::len(temperatures)], length - prompt_len, t, generator)
-            for i, t in enumerate(temperatures)]
-    out = torch.empty(count, length, dtype=torch.int64)
-    for i, r in enumerate(rows):
-        out[i::len(temperatures)] = r
-    return out
 
 
 def kl_loss(draft: LlamaForCausalLM, target: LlamaForCausalLM) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -44,6 +44,21 @@ def chat_turn_ids(tokenizer: PreTrainedTokenizerFast) -> tuple[list[int], list[i
             tokenizer(after, add_special_tokens=False).input_ids)
 
 
+def wrap_chat_turns(windows: torch.Tensor, chat_turn: tuple[list[int], list[int]]) -> torch.Tensor:
+    """Each row of `windows` int64 [N, P], cut to fit, as one user turn of the chat template
+    (`chat_turn` = (prefix, suffix) ids): int64 [N, P], the length unchanged.
+
+    Raises:
+        ValueError: P leaves no room for any window token inside the turn.
+    """
+    prefix, suffix = (torch.tensor(t, dtype=torch.int64) for t in chat_turn)
+    body = windows.shape[1] - len(prefix) - len(suffix)
+    if body < 1:
+        raise ValueError(f"prompt_len: {windows.shape[1]} leaves no room inside the chat turn")
+    n = windows.shape[0]
+    return torch.cat([prefix.expand(n, -1), windows[:, :body], suffix.expand(n, -1)], dim=1)
+
+
 def write_sequences(target: LlamaForCausalLM, stream: TokenStream, count: int, prompt_len: int,
                     new_tokens: int, temperatures: tuple[float, ...],
                     generator: torch.Generator, formats: tuple[str, ...] = ("raw",),
@@ -52,20 +67,16 @@ def write_sequences(target: LlamaForCausalLM, stream: TokenStream, count: int, p
 
     Row i is written at temperatures[i % len(temperatures)] (0 = greedy); its prompt is a corpus
     window as is when formats[i % len(formats)] is "raw", or, when "chat", a shorter window wrapped
-    as one user turn of the chat template (`chat_turn` = (prefix, suffix) ids), so the target
-    answers as it does behind the chat API.
+    as one user turn of the chat template (`wrap_chat_turns`), so the target answers as it does
+    behind the chat API. Used for the draft's distillation set and the heads' training data.
 
     Raises:
         ValueError: a chat row's prompt_len leaves no room for the window.
     """
     prompts = stream.random_windows(count, prompt_len, generator)
-    prefix, suffix = (torch.tensor(t, dtype=torch.int64) for t in chat_turn)
-    body = prompt_len - len(prefix) - len(suffix)
-    if "chat" in formats and body < 1:
-        raise ValueError(f"prompt_len: {prompt_len} leaves no room inside the chat turn")
-    for i in range(count):
-        if formats[i % len(formats)] == "chat":
-            prompts[i] = torch.cat([prefix, prompts[i, :body], suffix])
+    chat = torch.tensor([formats[i % len(formats)] == "chat" for i in range(count)])
+    if chat.any():
+        prompts[chat] = wrap_chat_turns(prompts[chat], chat_turn)
     out = torch.empty(count, prompt_len + new_tokens, dtype=torch.int64)
     n = len(temperatures)
     for i, temp in enumerate(temperatures):

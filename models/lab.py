@@ -20,8 +20,9 @@ import transformers
 
 from models.bigram import init_from_bigram
 from models.corpus import Corpus
-from models.distill import kl_loss, mixed_batches, write_distill_set
+from models.distill import kl_loss, mixed_batches
 from models.evaluation import greedy_agreement, heldout_loss
+from models.head_data import chat_turn_ids, wrap_chat_turns, write_sequences
 from models.llama import flops_per_token, llama_config, new_llama, param_counts
 from models.params import BuildParams
 from models.stream import TokenStream
@@ -90,8 +91,11 @@ def run_lab(params: BuildParams, corpus: Corpus, out: Path, threads: int = 2) ->
         target.requires_grad_(False)
 
         t = time.perf_counter()
-        written = write_distill_set(target, train_stream, params.distill_sequences, params.seq_len,
-                                    params.distill_prompt_len, gen)
+        chat_turn = chat_turn_ids(tokenizer)
+        written = write_sequences(target, train_stream, params.distill_sequences,
+                                  params.distill_prompt_len, params.seq_len - params.distill_prompt_len,
+                                  params.distill_temperatures, gen, params.distill_prompt_formats,
+                                  chat_turn)
         wall["distill_set_s"] = time.perf_counter() - t
 
         draft_cfg = llama_config(params.draft_shape, tokenizer, params.max_position_embeddings)
@@ -109,6 +113,9 @@ def run_lab(params: BuildParams, corpus: Corpus, out: Path, threads: int = 2) ->
         losses = {"target": heldout_loss(target, windows), "draft": heldout_loss(draft, windows)}
         agreement = greedy_agreement(draft, target, prompts, params.eval_new_tokens,
                                      params.speculative_k)
+        # the same held-out windows as user turns of the chat template, as the chat API serves them
+        agreement_chat = greedy_agreement(draft, target, wrap_chat_turns(prompts, chat_turn),
+                                          params.eval_new_tokens, params.speculative_k)
         samples = {name: _sample(m, tokenizer, SAMPLE_PROMPT)
                    for name, m in (("target", target), ("draft", draft))}
         wall["evaluation_s"] = time.perf_counter() - t
@@ -135,6 +142,7 @@ def run_lab(params: BuildParams, corpus: Corpus, out: Path, threads: int = 2) ->
         "models": models,
         "flops_ratio_draft_to_target": flops_ratio,
         "agreement": agreement.as_dict(),
+        "agreement_chat": agreement_chat.as_dict(),
         "samples": {"prompt": SAMPLE_PROMPT, **samples},
         "wall_s": wall,
         "threads": threads,

@@ -53,6 +53,14 @@ class BuildParams:
     # Distillation set: sequences the target writes from corpus prompts of distill_prompt_len.
     distill_sequences: int = 128
     distill_prompt_len: int = 32
+    # Row i of the set is written at distill_temperatures[i % len] (0 = greedy) from a prompt in
+    # distill_prompt_formats[i % len]: a corpus window as is ("raw") or wrapped as one user turn of
+    # the chat template ("chat", how the chat API serves). Co-prime lengths cover every pair. The
+    # draft learns the target where it drafts for it: behind the same template, at the serving
+    # temperatures (greedy first). Before 2026-12-01: (0.0, 1.0) and ("raw",); the measured gain
+    # is in models/README.md.
+    distill_temperatures: tuple[float, ...] = (0.0, 0.0, 1.0)
+    distill_prompt_formats: tuple[str, ...] = ("raw", "chat")
     # Corpus split and sample (max_files=None: every file).
     heldout_fraction: float = 0.05
     max_files: int | None = None
@@ -73,6 +81,12 @@ class BuildParams:
                 raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
         if not 0 < self.distill_prompt_len < self.seq_len:
             raise ValueError(f"distill_prompt_len: must be in (0, seq_len={self.seq_len})")
+        if not self.distill_temperatures or min(self.distill_temperatures) < 0:
+            raise ValueError(f"distill_temperatures: must be non-empty and >= 0, "
+                             f"got {self.distill_temperatures}")
+        if not self.distill_prompt_formats or set(self.distill_prompt_formats) - {"raw", "chat"}:
+            raise ValueError(f"distill_prompt_formats: must be non-empty, of 'raw' and 'chat', "
+                             f"got {self.distill_prompt_formats}")
         if self.seq_len > self.max_position_embeddings:
             raise ValueError(f"seq_len: {self.seq_len} exceeds max_position_embeddings")
 

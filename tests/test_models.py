@@ -135,9 +135,9 @@ def test_report_holds_sizes_losses_and_agreement(tiny_lab: Path):
         assert 0 < r["heldout_loss_nats"] < math.log(report["tokenizer"]["vocab_size"]) + 1
         assert r["train"]["steps"] > 0 and r["train"]["wall_s"] > 0
     assert t["train"]["steps"] == TINY.target_steps and d["train"]["steps"] == TINY.draft_steps
-    a = report["agreement"]
-    assert 0 <= a["alpha"] <= 1 and a["positions"] == TINY.eval_prompts * TINY.eval_new_tokens
-    assert 1 <= a["mean_acceptance_length"] <= 1 + TINY.speculative_k
+    for a in (report["agreement"], report["agreement_chat"]):  # raw and chat-turn prompts
+        assert 0 <= a["alpha"] <= 1 and a["positions"] == TINY.eval_prompts * TINY.eval_new_tokens
+        assert 1 <= a["mean_acceptance_length"] <= 1 + TINY.speculative_k
     assert report["corpus"]["files"] == TINY.max_files and report["corpus"]["licence"].startswith("PSF")
 
 
@@ -198,3 +198,7 @@ def test_params_reject_bad_values():
         LlamaShape(100, 1, 3, 64)
     with pytest.raises(ValueError, match="target_steps"):
         BuildParams(target_steps=-1)
+    with pytest.raises(ValueError, match="distill_prompt_formats"):
+        BuildParams(distill_prompt_formats=("raw", "system"))
+    with pytest.raises(ValueError, match="distill_temperatures"):
+        BuildParams(distill_temperatures=())
