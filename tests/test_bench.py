@@ -95,3 +95,18 @@ def test_report_states_each_target(tmp_path):
     assert "pays (S ≥ 1.1) up to batch: code 8, chat 0" in text
     for png in ("throughput.png", "tpot_p99.png", "speedup_by_task.png"):
         assert (tmp_path / png).stat().st_size > 1000
+
+
+def test_contention_predictions_put_both_models_beside_the_measurement():
+    from bench.contention import predictions
+    result = {"alone": {"vanilla": {"1": {"step_ms": 10.0}, "2": {"step_ms": 11.0},
+                                    "4": {"step_ms": 14.0}, "5": {"step_ms": 15.0}},
+                        "speculative": {"1": {"step_ms": 20.0}, "5": {"step_ms": 30.0}}},
+              "joint": [{"vanilla_streams": 4, "speculative_streams": 1,
+                         "vanilla": {"step_ms": 33.0}, "speculative": {"step_ms": 35.0}}]}
+    rows = predictions(json.loads(json.dumps(result)))  # keys as results.json holds them
+    assert rows == [
+        {"cell": "4+1", "pool": "vanilla", "measured_ms": 33.0, "joint_batch_ms": 15.0,
+         "turns_ms": 34.0},
+        {"cell": "4+1", "pool": "speculative", "measured_ms": 35.0, "joint_batch_ms": 30.0,
+         "turns_ms": 34.0}]
