@@ -187,8 +187,14 @@ class RouterConfig(_Strict):
         "with temperature).")
     pools_share_compute: bool = Field(
         False, description="The two pools run on the same compute (e.g. CPU replicas on one "
-        "machine): a request on either pool slows both, so each pool's step time is predicted at "
-        "the batch of both pools together, not at its own. False: separate accelerators (GPU).")
+        "machine): a request on either pool slows both, so the router compares the machine's "
+        "output tokens/s with the request on either pool (router/estimator.py "
+        "`machine_step_times`). False: separate accelerators (GPU), each request compared at the "
+        "batch of the pool it would join.")
+    shared_compute_slowdown: float = Field(
+        2.3, ge=1, description="With pools_share_compute: how many times slower each pool's "
+        "steps run while both pools run at once. 2.0-2.6 measured with two vLLM CPU engines on "
+        "2 cores (bench/contention.py, 2026-12-01); measure your machine the same way.")
 
 
 class ServerConfig(_Strict):

@@ -69,8 +69,8 @@ class RouteDecider:
         self._runtime_pin = pin
         self._pin_version += 1
 
-    def decide(self, body, loads: dict[Route, PoolLoad],
-               prompt_len: int | None = None) -> tuple[RequestFeatures, Decision]:
+    def decide(self, body, loads: dict[Route, PoolLoad], prompt_len: int | None = None,
+               shared_compute: bool = False) -> tuple[RequestFeatures, Decision]:
         """Features and route of one request (pops the body's `route` field).
 
         Args:
@@ -78,6 +78,9 @@ class RouteDecider:
             loads: each configured pool's load with the step time this request would see.
             prompt_len: the prompt's tokens if known (or an upper bound below the speculator's
                 context); None: counted here when it matters.
+            shared_compute: the pools share the machine's compute (`router.pools_share_compute`):
+                step times come from the machine's output rate with this request on either pool
+                (`RouteEstimator.machine_step_times`), replacing those in `loads`.
 
         Raises:
             RequestError: the `route` field is invalid (400).
@@ -87,6 +90,9 @@ class RouteDecider:
         features = dataclasses.replace(features, expected_tokens=self.estimator.expected_tokens(
             features.task, features.temperature))
         router_cfg = self.cfg.router
+        if shared_compute:
+            loads = self.estimator.machine_step_times(loads, features.expected_tokens,
+                                                      router_cfg.shared_compute_slowdown)
         if self.pin != router_cfg.pin:
             router_cfg = router_cfg.model_copy(update={"pin": self.pin})
         decision = choose_route(features, loads, router_cfg,

@@ -188,7 +188,8 @@ class SpecserveIngress(OpenAiIngress):
             return error_response(503, "No pool has a live replica; retry later",
                                   headers=retry_after)
         try:
-            features, decision = self._decider.decide(body, loads, prompt_len)
+            features, decision = self._decider.decide(body, loads, prompt_len,
+                                                      self._cfg.router.pools_share_compute)
         except ValueError as e:
             raise RequestError(400, str(e), "route") from None
         admitted = admit(decision, loads, self._cfg.server.max_in_flight_per_replica)
