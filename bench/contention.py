@@ -10,9 +10,11 @@ turns on the cores, each step of either waits for a step of the other and the ti
 T_v(B_v) + T_s(B_s); then one request sent to an idle pool slows every request of the busy one.
 This measures which: it starts the application (config as given, one replica per pool), and for
 each cell (B_v vanilla streams, B_s speculative streams, each a closed loop of greedy code
-requests, forced with the `route` field) records each pool's decode step time as its requests
-live it (median gap between streamed chunks: one chunk per engine step, vLLM's ITL) and output
-tokens/s. Alone cells give T_v(B) and T_s(B); joint cells are printed beside both predictions.
+requests, forced with the `route` field) records each pool's output tokens/s and TPOT. Each joint
+cell is printed beside what the alone cells predict: the joint-batch model (each pool's share of
+its own alone rate at B_v + B_s streams) and the fitted slowdown k, the factor by which running
+both pools at once divides the sum of their alone rates at B_v and B_s
+(`router.shared_compute_slowdown`). `--from FILE` re-prints the table of a saved run.
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ async def run_cell(client: httpx.AsyncClient, model: str, streams: dict[str, int
                    duration_s: float) -> dict[str, dict]:
     """Closed loops of `streams[pool]` concurrent requests per pool for `duration_s` seconds.
 
-    Returns {pool: {"step_ms": median chunk gap, "tok_s": output tokens/s, "requests": n}} for
-    each pool with streams > 0.
+    Returns {pool: {"tok_s": output tokens/s, "tpot_ms": median TPOT, "requests": n}} for each
+    pool with streams > 0. (Serve's stream relays several engine outputs per chunk, so chunk gaps
+    do not time engine steps.)
     """
     samples: dict[str, list[Sample]] = {pool: [] for pool, n in streams.items() if n}
     body = {"model": model, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0,
@@ -58,8 +61,8 @@ async def run_cell(client: httpx.AsyncClient, model: str, streams: dict[str, int
 
     await asyncio.gather(*(loop(pool) for pool, n in streams.items() for _ in range(n)))
     wall = time.perf_counter() - t0
-    return {pool: {"step_ms": round(1000 * statistics.median(g for s in got for g in s.itl_s), 2),
-                   "tok_s": round(sum(s.completion_tokens for s in got) / wall, 1),
+    return {pool: {"tok_s": round(sum(s.completion_tokens for s in got) / wall, 1),
+                   "tpot_ms": round(1000 * statistics.median(s.tpot_s for s in got), 2),
                    "requests": len(got)}
             for pool, got in samples.items()}
 
@@ -82,18 +85,35 @@ async def measure(url: str, model: str, duration_s: float) -> dict:
 
 
 def predictions(result: dict) -> list[dict]:
-    """Each joint cell's measured step times beside the two models' predictions (ms):
-    `joint_batch` = T_x(B_v + B_s) alone, `turns` = T_v(B_v) + T_s(B_s) alone."""
-    alone = {pool: {int(b): c["step_ms"] for b, c in cells.items()}
+    """Per joint cell (output tokens/s): measured per pool and in total; the joint-batch model's
+    total, Σ_x B_x · alone_x(B_v + B_s) / (B_v + B_s); and the fitted slowdown
+    k = (alone_v(B_v) + alone_s(B_s)) / measured total (None where an alone cell is missing)."""
+    alone = {pool: {int(b): c["tok_s"] for b, c in cells.items()}
              for pool, cells in result["alone"].items()}
     rows = []
     for cell in result["joint"]:
         b_v, b_s = cell["vanilla_streams"], cell["speculative_streams"]
-        turns = alone["vanilla"].get(b_v, float("nan")) + alone["speculative"].get(b_s, float("nan"))
-        for pool in ("vanilla", "speculative"):
-            rows.append({"cell": f"{b_v}+{b_s}", "pool": pool, "measured_ms": cell[pool]["step_ms"],
-                         "joint_batch_ms": alone[pool].get(b_v + b_s), "turns_ms": round(turns, 2)})
+        both = b_v + b_s
+        measured = cell["vanilla"]["tok_s"] + cell["speculative"]["tok_s"]
+        v_joint, s_joint = alone["vanilla"].get(both), alone["speculative"].get(both)
+        v_own, s_own = alone["vanilla"].get(b_v), alone["speculative"].get(b_s)
+        rows.append({
+            "cell": f"{b_v}+{b_s}", "vanilla_tok_s": cell["vanilla"]["tok_s"],
+            "speculative_tok_s": cell["speculative"]["tok_s"], "total_tok_s": round(measured, 1),
+            "joint_batch_model_tok_s": None if v_joint is None or s_joint is None else
+            round((b_v * v_joint + b_s * s_joint) / both, 1),
+            "slowdown": None if v_own is None or s_own is None else
+            round((v_own + s_own) / measured, 2)})
     return rows
+
+
+def print_table(result: dict) -> None:
+    print("| B_v+B_s | vanilla tok/s | speculative tok/s | total | joint-batch model | "
+          "slowdown k |")
+    print("|---|---|---|---|---|---|")
+    for r in predictions(result):
+        print(f"| {r['cell']} | {r['vanilla_tok_s']} | {r['speculative_tok_s']} | "
+              f"{r['total_tok_s']} | {r['joint_batch_model_tok_s']} | {r['slowdown']} |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,7 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration", type=float, default=12.0, help="seconds per cell")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--json", type=Path, help="also write the results here")
+    p.add_argument("--from", dest="saved", type=Path, help="print the table of a saved run")
     args = p.parse_args(argv)
+    if args.saved:
+        print_table(json.loads(args.saved.read_text()))
+        return 0
     cfg = SpecserveConfig.from_yaml(args.config or DEFAULT_CONFIG_PATH)
     data = cfg.model_dump(mode="json")
     if "autoscaling" in data:  # one replica per pool: the cells must not change the engines
@@ -124,11 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         serve.shutdown()
         ray.shutdown()
     result["predictions"] = predictions(result)
-    print("| cell (B_v+B_s) | pool | measured step ms | T_x(B_v+B_s) alone | T_v(B_v)+T_s(B_s) |")
-    print("|---|---|---|---|---|")
-    for r in result["predictions"]:
-        print(f"| {r['cell']} | {r['pool']} | {r['measured_ms']} | {r['joint_batch_ms']} | "
-              f"{r['turns_ms']} |")
+    print_table(result)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
     return 0

@@ -97,16 +97,13 @@ def test_report_states_each_target(tmp_path):
         assert (tmp_path / png).stat().st_size > 1000
 
 
-def test_contention_predictions_put_both_models_beside_the_measurement():
+def test_contention_table_fits_the_slowdown_beside_the_joint_batch_model():
     from bench.contention import predictions
-    result = {"alone": {"vanilla": {"1": {"step_ms": 10.0}, "2": {"step_ms": 11.0},
-                                    "4": {"step_ms": 14.0}, "5": {"step_ms": 15.0}},
-                        "speculative": {"1": {"step_ms": 20.0}, "5": {"step_ms": 30.0}}},
+    result = {"alone": {"vanilla": {"4": {"tok_s": 570.0}, "5": {"tok_s": 674.0}},
+                        "speculative": {"1": {"tok_s": 266.0}, "5": {"tok_s": 673.0}}},
               "joint": [{"vanilla_streams": 4, "speculative_streams": 1,
-                         "vanilla": {"step_ms": 33.0}, "speculative": {"step_ms": 35.0}}]}
+                         "vanilla": {"tok_s": 225.5}, "speculative": {"tok_s": 92.3}}]}
     rows = predictions(json.loads(json.dumps(result)))  # keys as results.json holds them
-    assert rows == [
-        {"cell": "4+1", "pool": "vanilla", "measured_ms": 33.0, "joint_batch_ms": 15.0,
-         "turns_ms": 34.0},
-        {"cell": "4+1", "pool": "speculative", "measured_ms": 35.0, "joint_batch_ms": 30.0,
-         "turns_ms": 34.0}]
+    assert rows == [{"cell": "4+1", "vanilla_tok_s": 225.5, "speculative_tok_s": 92.3,
+                     "total_tok_s": 317.8, "joint_batch_model_tok_s": round((4 * 674 + 673) / 5, 1),
+                     "slowdown": round((570 + 266) / 317.8, 2)}]
