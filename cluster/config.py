@@ -187,12 +187,14 @@ class RouterConfig(_Strict):
         "with temperature).")
     pools_share_compute: bool = Field(
         False, description="The two pools run on the same compute (e.g. CPU replicas on one "
-        "machine). Two engines busy at once run each far slower than alone (2.0-2.6x on 2 cores, "
-        "bench/contention.py), so the router keeps the traffic on one pool at a time: while either "
-        "pool has requests in flight, every `auto` request goes to the pool whose rate alone at "
-        "the joint batch is higher for the traffic's mean E[τ] (with hysteresis); only an idle "
-        "machine decides per request. False: separate accelerators (GPU), each request compared "
-        "at the batch of the pool it would join.")
+        "machine): a request on either pool slows both, so the router compares the machine's "
+        "output tokens/s with the request on either pool (router/estimator.py "
+        "`machine_step_times`). False: separate accelerators (GPU), each request compared at the "
+        "batch of the pool it would join.")
+    shared_compute_slowdown: float = Field(
+        2.3, ge=1, description="With pools_share_compute: how many times slower each pool's "
+        "steps run while both pools run at once. 2.0-2.6 measured with two vLLM CPU engines on "
+        "2 cores (bench/contention.py, 2026-12-01); measure your machine the same way.")
 
 
 class ServerConfig(_Strict):

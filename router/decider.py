@@ -23,8 +23,6 @@ from router.policy import Decision, PoolLoad, RequestedRoute, RequestFeatures, c
 
 logger = logging.getLogger("specserve.router")
 PINS = get_args(RequestedRoute)  # "auto", "speculative", "vanilla"
-# Shared compute: weight of one request's E[τ] in the traffic's mean (a memory of ~10 requests).
-MIX_WEIGHT = 0.1
 
 
 class RouteDecider:
@@ -44,9 +42,6 @@ class RouteDecider:
         self.speculator_context = (cfg.speculative.speculator.context_len()
                                    if "speculative" in self.pools else None)
         self._last_auto_route: dict[TaskType, Route] = {}  # per task type, for hysteresis
-        # Shared compute: the traffic's mean E[τ] and the pool it was last sent to.
-        self._mix_tokens: float | None = None
-        self._shared_route: Route | None = None
         self._runtime_pin: str | None = None  # None: the config's router.pin
         self._pin_version = 0  # bumped by set_pin: a board read that spans it is stale
 
@@ -83,14 +78,9 @@ class RouteDecider:
             loads: each configured pool's load with the step time this request would see.
             prompt_len: the prompt's tokens if known (or an upper bound below the speculator's
                 context); None: counted here when it matters.
-            shared_compute: the pools share the machine's compute (`router.pools_share_compute`)
-                and `loads` carry each pool's step time at the joint batch of both. On 2 cores two
-                engines busy at once made 202 tok/s together where either alone made 358-454
-                (bench/results/2026-12-01-contention), so while any request is in flight the
-                decision is made for the traffic, not the request: E[τ] is the mean of recent
-                requests' (EWMA, weight `MIX_WEIGHT`) and the hysteresis is the traffic's, so
-                every `auto` request goes to one pool and the other drains. An idle machine
-                decides per request, as with separate accelerators.
+            shared_compute: the pools share the machine's compute (`router.pools_share_compute`):
+                step times come from the machine's output rate with this request on either pool
+                (`RouteEstimator.machine_step_times`), replacing those in `loads`.
 
         Raises:
             RequestError: the `route` field is invalid (400).
@@ -100,21 +90,15 @@ class RouteDecider:
         features = dataclasses.replace(features, expected_tokens=self.estimator.expected_tokens(
             features.task, features.temperature))
         router_cfg = self.cfg.router
+        if shared_compute:
+            loads = self.estimator.machine_step_times(loads, features.expected_tokens,
+                                                      router_cfg.shared_compute_slowdown)
         if self.pin != router_cfg.pin:
             router_cfg = router_cfg.model_copy(update={"pin": self.pin})
-        judged, previous = features, self._last_auto_route.get(features.task)
-        if shared_compute:
-            mix = self._mix_tokens
-            self._mix_tokens = features.expected_tokens if mix is None else (
-                mix + MIX_WEIGHT * (features.expected_tokens - mix))
-            if any(load.in_flight for load in loads.values()):  # busy: the pool for the traffic
-                judged = dataclasses.replace(features, expected_tokens=self._mix_tokens)
-                previous = self._shared_route
-        decision = choose_route(judged, loads, router_cfg, previous)
+        decision = choose_route(features, loads, router_cfg,
+                                self._last_auto_route.get(features.task))
         if decision.speedup is not None:
             self._last_auto_route[features.task] = decision.route
-            if shared_compute:
-                self._shared_route = decision.route
         return features, decision
 
     def learn(self, features: RequestFeatures, payload: dict) -> None:

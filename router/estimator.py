@@ -89,6 +89,46 @@ class RouteEstimator:
                 load, step_s=self.step_time(pool, (in_flight + 1) / max(load.replicas, 1)))
         return out
 
+    def machine_step_times(self, loads: Mapping[str, PoolLoad], expected_tokens: float,
+                           slowdown: float) -> dict[str, PoolLoad]:
+        """Shared compute: each pool's step time as the machine's output rate makes it.
+
+        With n_p requests on pool p after this request joins pool `x`, the machine produces
+            R(x) = Σ_{p: n_p > 0} n_p · e_p / (T_p(n_p / replicas_p) · k)   output tokens/s,
+        e_vanilla = 1 and e_speculative = `expected_tokens` (E[τ] of this request; the pool's
+        other requests are counted alike), T_p the pool's step time alone (`step_times`, samples
+        kept only while the other pool idled), k = `slowdown` while both pools run, 1 while one
+        does. Each load gets step_s = e_x / R(x), so the policy's S = E[τ]·step_v / step_s reads
+        R(speculative) / R(vanilla): a request goes where the whole machine gains more, counting
+        what it costs the requests of the other pool. Both pools idle: S = E[τ]·T_v(1) / T_s(1),
+        as with separate accelerators. Measured on 2 cores (bench/contention.py, 2026-12-01):
+        1 vanilla + 1 speculative stream made 202 tok/s together where either pool alone at 2
+        made 358-454, k 2.0-2.6 over five mixes; the joint-batch model (`with_step_times`) had
+        predicted no loss, and sent requests to the idle pool beside a busy one.
+
+        Returns:
+            the loads with step_s replaced (None where a pool's step time is unknown).
+        """
+        tokens = {"vanilla": 1.0, "speculative": expected_tokens}
+
+        def rate(option: str) -> float | None:
+            n = {p: load.in_flight + (p == option) for p, load in loads.items()}
+            active = [p for p, count in n.items() if count > 0]
+            k = slowdown if len(active) > 1 else 1.0
+            total = 0.0
+            for p in active:
+                t = self.step_time(p, n[p] / max(loads[p].replicas, 1))
+                if t is None:
+                    return None
+                total += n[p] * tokens.get(p, 1.0) / (t * k)
+            return total
+
+        out = {}
+        for pool, load in loads.items():
+            r = rate(pool)
+            out[pool] = dataclasses.replace(load, step_s=tokens.get(pool, 1.0) / r if r else None)
+        return out
+
     def speedup_curve(self, task: TaskType, temperature: float) -> list[dict]:
         """S(B) = E[τ] · T_v(B) / T_s(B) at every batch either pool has a step time for.
 

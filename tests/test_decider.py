@@ -192,61 +192,50 @@ def test_first_sample_of_a_bucket_replaces_its_profile_point():
     assert model.points()[1] == pytest.approx(0.022)
 
 
-def _learned(decider):
-    """Code accepts every draft token, chat none (E[τ] 5 and 1 at k = 4)."""
-    for body, hist in ((code(), [0, 0, 0, 0, 400]), (chat(), [400, 0, 0, 0, 0])):
-        decider.learn(decider.decide(body, LOADS)[0],
-                      {"metrics": {"speculative_decoding": {"acceptance_histogram": hist}}})
+def _measured(decider):
+    """Step times from the 2-core contention run (bench/contention.py, 2026-12-01): per-request
+    tokens/s alone, vanilla 217 at 1 and 89 at 8 (711/8); ngram at 1 266 tok/s with E[τ] ~4."""
+    from deployments.stats import PoolStats
+    decider.estimator.update_pools({
+        "vanilla": PoolStats(profile={1: 1 / 217, 8: 8 / 711, 16: 16 / 747}),
+        "speculative": PoolStats(profile={1: 4 / 266, 8: 8 * 4 / 752})})
+    return decider.estimator
 
 
-def chat() -> CompletionRequest:
-    return CompletionRequest(model="m", prompt="Tell me about your weekend, friend.", temperature=0)
+def test_machine_step_times_match_the_request_view_when_both_pools_idle(decider):
+    est = _measured(decider)
+    loads = est.machine_step_times({"vanilla": PoolLoad(1, 0), "speculative": PoolLoad(1, 0)},
+                                   expected_tokens=4.0, slowdown=2.3)
+    speedup = 4.0 * loads["vanilla"].step_s / loads["speculative"].step_s
+    assert speedup == pytest.approx(4.0 * est.step_time("vanilla", 1)
+                                    / est.step_time("speculative", 1))
+    assert speedup == pytest.approx(266 / 217)
 
 
-def test_shared_compute_idle_machine_decides_per_request(decider):
-    _learned(decider)
-    idle = {"vanilla": PoolLoad(1, 0, 0.010), "speculative": PoolLoad(1, 0, 0.020)}
-    for body, route in ((code(), "speculative"), (chat(), "vanilla")):
-        feats, shared = decider.decide(body, idle, shared_compute=True)
-        _, separate = decider.decide(body, idle)
-        assert shared == separate and shared.route == route
-        assert shared.speedup == pytest.approx(feats.expected_tokens * 0.010 / 0.020)
+def test_machine_step_times_keep_a_request_off_the_idle_pool_beside_a_busy_one(decider):
+    est = _measured(decider)
+    busy = {"vanilla": PoolLoad(1, 8), "speculative": PoolLoad(1, 0)}
+    # R(vanilla) = 9 requests on vanilla alone; R(speculative) = (8 vanilla + 1 speculative) / k
+    loads = est.machine_step_times(busy, expected_tokens=4.0, slowdown=2.3)
+    r_van = 1 / loads["vanilla"].step_s
+    r_spec = 4.0 / loads["speculative"].step_s
+    assert r_van == pytest.approx(9 / est.step_time("vanilla", 9))
+    assert r_spec == pytest.approx((8 / est.step_time("vanilla", 8) + 266) / 2.3)
+    assert r_spec / r_van < 1.0   # the code request stays with the busy vanilla pool
+    free = est.machine_step_times(busy, expected_tokens=4.0, slowdown=1.0)
+    assert 4.0 * free["vanilla"].step_s / free["speculative"].step_s > 1.1  # no contention: go
 
 
-def test_shared_compute_busy_machine_sends_the_traffic_to_one_pool(decider):
-    """Mixed traffic on a busy machine: per request, code would go speculative and chat vanilla,
-    keeping both engines busy at once; shared, every request follows the traffic's mean E[τ]."""
-    _learned(decider)
-    busy = {"vanilla": PoolLoad(1, 3, 0.010), "speculative": PoolLoad(1, 2, 0.020)}
-    assert decider.decide(code(), busy)[1].route == "speculative"   # separate accelerators
-    assert decider.decide(chat(), busy)[1].route == "vanilla"
-    routes = set()
-    for _ in range(20):  # chat-heavy traffic: mean E[τ] near 1
-        for body in (chat(), chat(), chat(), code()):
-            feats, d = decider.decide(body, busy, shared_compute=True)
-            routes.add(d.route)
-            assert d.reason == "speculation_costs" and d.speedup < 1.1
-    assert routes == {"vanilla"}
-    assert feats.expected_tokens > 4  # the code request's own E[τ], as logged and learned
-    for _ in range(30):  # the traffic turns to code: the whole machine follows it
-        _, d = decider.decide(code(), busy, shared_compute=True)
-    assert (d.route, d.reason) == ("speculative", "speculation_pays")
-    _, d = decider.decide(chat(), busy, shared_compute=True)
-    assert d.route == "speculative"  # one chat request does not split the machine
+def test_decide_uses_the_machine_view_with_shared_compute(decider):
+    _measured(decider)
+    busy = {"vanilla": PoolLoad(1, 8, 0.1), "speculative": PoolLoad(1, 0, 0.001)}
+    _, shared = decider.decide(code(), busy, shared_compute=True)
+    assert (shared.route, shared.reason) == ("vanilla", "speculation_costs")
+    _, separate = decider.decide(code(), busy)  # the loads' own step times: speculation pays
+    assert (separate.route, separate.reason) == ("speculative", "speculation_pays")
 
 
-def test_shared_compute_hysteresis_is_the_traffics(decider):
-    """min_speedup 1.1, hysteresis 0.05: traffic already on the speculative pool stays there at
-    S = 1.07, where traffic on the vanilla pool does not move to it."""
-    _learned(decider)
-    e_code = decider.estimator.expected_tokens("code", 0.0)
-
-    def decide_at(speedup: float, previous: str):
-        decider._shared_route, decider._mix_tokens = previous, e_code  # code-only traffic
-        loads = {"vanilla": PoolLoad(1, 1, 0.010),
-                 "speculative": PoolLoad(1, 1, e_code * 0.010 / speedup)}
-        return decider.decide(code(), loads, shared_compute=True)[1]
-
-    d = decide_at(1.07, "speculative")
-    assert (d.route, d.speedup) == ("speculative", pytest.approx(1.07))
-    assert decide_at(1.07, "vanilla").route == "vanilla"
+def test_machine_step_times_unknown_without_step_times(decider):
+    loads = decider.estimator.machine_step_times(
+        {"vanilla": PoolLoad(1, 2), "speculative": PoolLoad(1, 0)}, 3.0, 2.3)
+    assert loads["vanilla"].step_s is None and loads["speculative"].step_s is None
