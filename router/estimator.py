@@ -44,8 +44,8 @@ class RouteEstimator:
         A sample is seconds per decode step as a request lives it at a count of requests in the
         replica's engine (`deployments.stats.busy_window_samples`). With `shared_compute` (both
         pools on one machine's cores) the model of each pool is "the machine running B requests
-        on this pool alone", predicted at the joint batch of both pools (`with_step_times`), so
-        a sample is kept only when every other pool was idle: no output from its engines since
+        on this pool alone" (`machine_step_times` prices both pools running from it), so a
+        sample is kept only when every other pool was idle: no output from its engines since
         the previous snapshot. A sample taken while the other pool also ran
         mixes both engines' work: in the session-3 benchmark, speculative steps at batch 1 beside
         7 vanilla requests, filed at the joint batch 8, made the speculative pool look faster than
@@ -76,18 +76,13 @@ class RouteEstimator:
         model = self.step_times.get(pool)
         return model.step_time(batch) if model else None
 
-    def with_step_times(self, loads: Mapping[str, PoolLoad],
-                        shared_compute: bool = False) -> dict[str, PoolLoad]:
+    def with_step_times(self, loads: Mapping[str, PoolLoad]) -> dict[str, PoolLoad]:
         """Each pool's load with its predicted step time at the batch it would run with one more
-        request: its own in-flight + 1 per replica, or with `shared_compute` (one machine's cores
-        serve both pools) all pools' in-flight + 1."""
-        total = sum(load.in_flight for load in loads.values())
-        out = {}
-        for pool, load in loads.items():
-            in_flight = total if shared_compute else load.in_flight
-            out[pool] = dataclasses.replace(
-                load, step_s=self.step_time(pool, (in_flight + 1) / max(load.replicas, 1)))
-        return out
+        request, its own in-flight + 1 per replica (separate accelerators; on shared compute see
+        `machine_step_times`)."""
+        return {pool: dataclasses.replace(
+                    load, step_s=self.step_time(pool, (load.in_flight + 1) / max(load.replicas, 1)))
+                for pool, load in loads.items()}
 
     def machine_step_times(self, loads: Mapping[str, PoolLoad], expected_tokens: float,
                            slowdown: float) -> dict[str, PoolLoad]:
@@ -103,8 +98,9 @@ class RouteEstimator:
         what it costs the requests of the other pool. Both pools idle: S = E[τ]·T_v(1) / T_s(1),
         as with separate accelerators. Measured on 2 cores (bench/contention.py, 2026-12-01):
         1 vanilla + 1 speculative stream made 202 tok/s together where either pool alone at 2
-        made 358-454, k 2.0-2.6 over five mixes; the joint-batch model (`with_step_times`) had
-        predicted no loss, and sent requests to the idle pool beside a busy one.
+        made 358-454, k 2.0-2.6 over five mixes; the joint-batch model used before (each pool
+        alone at the batch of both) had predicted no loss, and sent requests to the idle pool
+        beside a busy one.
 
         Returns:
             the loads with step_s replaced (None where a pool's step time is unknown).

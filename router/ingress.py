@@ -123,9 +123,11 @@ class SpecserveIngress(OpenAiIngress):
         return self._handles[_ROUTE.get()]
 
     def _loads(self) -> dict[Route, PoolLoad]:
-        """Each pool's load, live or not, with the step time it would run at with this request."""
-        loads = self._estimator.with_step_times(self._pressure.loads(),
-                                                self._cfg.router.pools_share_compute)
+        """Each pool's load, live or not, with the step time it would run at with this request
+        (with shared compute the decider prices both pools itself, from E[τ]: none here)."""
+        loads = self._pressure.loads()
+        if not self._cfg.router.pools_share_compute:
+            loads = self._estimator.with_step_times(loads)
         return {pool: dataclasses.replace(load, available=self._health.available(pool))
                 for pool, load in loads.items()}
 

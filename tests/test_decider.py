@@ -105,18 +105,15 @@ def test_steps_without_drafts_count_as_accepting_nothing(decider):
     assert plain.estimator.acceptance.observed_steps("code", 0.0) == 2
 
 
-@pytest.mark.parametrize("shared, expect_ms", [(False, (10.0, 400.0)), (True, (100.0, 400.0))])
-def test_shared_compute_predicts_step_times_at_the_joint_batch(decider, shared, expect_ms):
+def test_separate_pools_predict_step_times_at_their_own_batch(decider):
     from deployments.stats import PoolStats
 
     est = decider.estimator
     est.update_pools({"vanilla": PoolStats(profile={1: 0.010, 64: 0.100}),
                       "speculative": PoolStats(profile={1: 0.020, 64: 0.400})})
-    loads = est.with_step_times({"vanilla": PoolLoad(1, 0), "speculative": PoolLoad(1, 63)},
-                                shared_compute=shared)
-    # unshared: vanilla at its own batch 1, speculative at 64; shared: both at 64.
-    assert 1000 * loads["vanilla"].step_s == pytest.approx(expect_ms[0])
-    assert 1000 * loads["speculative"].step_s == pytest.approx(expect_ms[1])
+    loads = est.with_step_times({"vanilla": PoolLoad(1, 0), "speculative": PoolLoad(1, 63)})
+    assert 1000 * loads["vanilla"].step_s == pytest.approx(10.0)       # its own batch 1
+    assert 1000 * loads["speculative"].step_s == pytest.approx(400.0)  # its own batch 64
     assert loads["speculative"].in_flight == 63
 
 
