@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import logging
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from ray.llm._internal.serve.core.configs.openai_api_models import OpenAIHTTPException
+from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 from vllm.exceptions import VLLMClientError
 
@@ -63,9 +64,9 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _openai(request: Request, exc: OpenAIHTTPException) -> JSONResponse:
         return error_response(exc.status_code, exc.message)
 
-    @app.exception_handler(HTTPException)
+    @app.exception_handler(HTTPException)  # Starlette's: routing's 404 / 405 too, not only ours
     async def _http(request: Request, exc: HTTPException) -> JSONResponse:
-        return error_response(exc.status_code, str(exc.detail))
+        return error_response(exc.status_code, str(exc.detail), headers=exc.headers)
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:

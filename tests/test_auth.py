@@ -93,3 +93,15 @@ def test_keys_without_a_secret_are_refused_at_render():
     del data["kubernetes"]["api_keys_secret"]
     with pytest.raises(ConfigError, match="kubernetes.api_keys_secret"):
         rayservice(SpecserveConfig.from_dict(data))
+
+
+@pytest.mark.parametrize("method, path, status, kind", [
+    ("get", "/v1/nowhere", 404, "NotFoundError"),
+    ("get", "/v1/completions", 405, "MethodNotAllowed"),  # POST only
+])
+def test_routing_errors_are_openai_json(monkeypatch, method, path, status, kind):
+    r = getattr(_client(monkeypatch, KEYS), method)(
+        path, headers={"authorization": "Bearer sk-first-3f9a"})
+    assert r.status_code == status
+    err = r.json()["error"]
+    assert (err["type"], err["param"], err["code"]) == (kind, None, status) and err["message"]
