@@ -3,18 +3,17 @@
     python -m bench.contention [--config FILE] [--duration 12] [--port 8000] [--json FILE]
 
 On a CPU machine (and on a GPU shared by both pools) the vanilla and the speculative engines run
-on the same cores. The router's shared-compute model (`router.pools_share_compute`,
-`RouteEstimator.with_step_times`) predicts the step time a request meets on a pool as that pool's
-step time *alone* at the joint batch of both pools, T_x(B_v + B_s). If instead the engines take
-turns on the cores, each step of either waits for a step of the other and the time is nearer
-T_v(B_v) + T_s(B_s); then one request sent to an idle pool slows every request of the busy one.
-This measures which: it starts the application (config as given, one replica per pool), and for
-each cell (B_v vanilla streams, B_s speculative streams, each a closed loop of greedy code
-requests, forced with the `route` field) records each pool's output tokens/s and TPOT. Each joint
-cell is printed beside what the alone cells predict: the joint-batch model (each pool's share of
-its own alone rate at B_v + B_s streams) and the fitted slowdown k, the factor by which running
-both pools at once divides the sum of their alone rates at B_v and B_s
-(`router.shared_compute_slowdown`). `--from FILE` re-prints the table of a saved run.
+on the same cores. A joint-batch model (each pool's step time alone at the joint batch of both
+pools, T_x(B_v + B_s), what the router used until 2026-12-01) predicts no loss from splitting
+traffic across them; if instead the engines take turns on the cores, one request sent to an idle
+pool slows every request of the busy one. This measures which: it starts the application (config
+as given, one replica per pool), and for each cell (B_v vanilla streams, B_s speculative streams,
+each a closed loop of greedy code requests, forced with the `route` field) records each pool's
+output tokens/s and TPOT. Each joint cell is printed beside what the alone cells predict: the
+joint-batch model (each pool's share of its own alone rate at B_v + B_s streams) and the fitted
+slowdown k, the factor by which running both pools at once divides the sum of their alone rates
+at B_v and B_s: the router's `router.shared_compute_slowdown` (`RouteEstimator.
+machine_step_times`). `--from FILE` re-prints the table of a saved run.
 """
 
 from __future__ import annotations
