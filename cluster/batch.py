@@ -147,8 +147,8 @@ class BatchRun:
         except RequestError as e:  # an invalid `route` field: 400, as online
             self._answer(row, e.status, _error_body(e.status, e.message, e.param))
             return
-        except ValueError as e:  # forces a pool the application does not run: 400, as online
-            self._answer(row, 400, _error_body(400, str(e), "route"))
+        except ValueError as e:  # forces a pool not configured, or a lossy one at T > 0: as online
+            self._answer(row, 400, _error_body(400, str(e), getattr(e, "param", "route")))
             return
         route = decision.route
         self._router.start(route)

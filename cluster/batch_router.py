@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
 from typing import Mapping
 
@@ -120,7 +121,7 @@ class BatchRouter:
             marginal = {pool: self.estimator.step_time(pool, (load.in_flight + 1) /
                                                        max(load.replicas, 1))
                         for pool, load in loads.items()}
-        return {pool: PoolLoad(load.replicas, load.in_flight, marginal[pool])
+        return {pool: dataclasses.replace(load, step_s=marginal[pool])
                 for pool, load in loads.items()}
 
     def decide(self, body) -> tuple[RequestFeatures, Decision]:

@@ -61,6 +61,9 @@ class EngineStats:
     step_sample_id: int = 0
     # Startup profile of this replica: {running batch: seconds per engine step}.
     profile: dict[int, float] = field(default_factory=dict)
+    # The replica's startup check (deployments/sampling_check.py): its engine samples the
+    # target's distribution on the speculative path at temperature > 0.
+    lossless_sampling: bool = False
 
     @classmethod
     def from_vllm_snapshot(cls, metrics: list) -> EngineStats:
@@ -150,6 +153,8 @@ class PoolStats:
     step_samples: list[tuple[str, int, float, float]] = field(default_factory=list)
     # Startup profiles of the pool's replicas: {running batch: mean seconds per engine step}.
     profile: dict[int, float] = field(default_factory=dict)
+    # Every live replica passed its sampling check (False while none has reported).
+    lossless_sampling: bool = False
 
 
 @ray.remote(num_cpus=0, max_restarts=-1)
@@ -188,6 +193,8 @@ class StatsBoard:
                 del self._engines[rid]
                 continue
             p = pools.setdefault(pool, PoolStats())
+            p.lossless_sampling = stats.lossless_sampling and (p.lossless_sampling
+                                                               or not p.replicas)
             p.replicas += 1
             p.engine.add(stats)
             if stats.step_s > 0:

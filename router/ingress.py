@@ -192,8 +192,8 @@ class SpecserveIngress(OpenAiIngress):
         try:
             features, decision = self._decider.decide(body, loads, prompt_len,
                                                       self._cfg.router.pools_share_compute)
-        except ValueError as e:
-            raise RequestError(400, str(e), "route") from None
+        except ValueError as e:  # forces a pool not configured, or a lossy one at T > 0
+            raise RequestError(400, str(e), getattr(e, "param", "route")) from None
         admitted = admit(decision, loads, self._cfg.server.max_in_flight_per_replica)
         if admitted is None:
             self._metrics.observe_decision(decision.route, "rejected_overload", features.task, None)
@@ -335,8 +335,10 @@ class SpecserveIngress(OpenAiIngress):
         return {"min_speedup": self._cfg.router.min_speedup, "tasks": out}
 
     async def health(self) -> dict:
-        """200 while the ingress runs; lists each pool's live replicas and in-flight requests."""
-        return {"status": "ok", "pools": {p: {"replicas": load.replicas, "in_flight": load.in_flight}
+        """200 while the ingress runs; lists each pool's live replicas, in-flight requests and
+        whether its replicas sample losslessly at temperature > 0 (their startup check)."""
+        return {"status": "ok", "pools": {p: {"replicas": load.replicas, "in_flight": load.in_flight,
+                                              "lossless_sampling": load.lossless_sampling}
                                           for p, load in self._pressure.loads().items()}}
 
 

@@ -28,6 +28,8 @@ Reason = Literal[
     "pinned",                 # router.pin in the config forced the path
     "only_pool",              # the other pool is not configured
     "unsupported_option",     # min_p / logit_bias: vLLM refuses them under speculative decoding
+    "speculation_lossy",      # sampled (T > 0), and the speculative pool's sampling is not
+                              # verified lossless (deployments/sampling_check.py)
     "beyond_speculator_context",  # prompt longer than the speculator's context: nothing to gain
     "high_temperature",       # above router.max_speculative_temperature
     "task_gains_little",      # task type not in router.speculative_tasks
@@ -71,12 +73,22 @@ class PoolLoad:
         step_s: predicted seconds per engine step at the per-replica batch it would run with this
             request, (in_flight + 1) / replicas; None until profiled or sampled.
         available: it can take a request now (router/health.py).
+        lossless_sampling: every replica's engine passed its sampling check at start: it samples
+            the target's distribution at temperature > 0 (deployments/sampling_check.py).
     """
 
     replicas: int
     in_flight: int
     step_s: float | None = None
     available: bool = True
+    lossless_sampling: bool = True
+
+
+class LossySampling(ValueError):
+    """A sampled request forced onto a speculative pool whose sampling is not verified lossless
+    (400, `param` temperature): specserve never serves a distribution other than the target's."""
+
+    param = "temperature"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +113,16 @@ def choose_route(req: RequestFeatures, pools: Mapping[Route, PoolLoad], cfg: Rou
     A pool that is not `available` gets nothing while the other one is (reason
     `pool_unavailable`, even for a request that asked for it: a dead pool would hold it).
 
+    A sampled request (temperature > 0) never goes to a speculative pool whose sampling is not
+    verified lossless: `auto` goes vanilla (`speculation_lossy`), a forced one is refused.
+
     Raises:
         ValueError: the request forces a pool that is not configured.
+        LossySampling: the request forces the speculative path at temperature > 0 and the
+            speculative pool's sampling is not verified lossless.
     """
+    lossy = (req.temperature > 0 and "speculative" in pools
+             and not pools["speculative"].lossless_sampling)
     fallback = {p: other for p in pools for other in pools
                 if other != p and not pools[p].available and pools[other].available}
     if req.requested_route != "auto":
@@ -111,11 +130,18 @@ def choose_route(req: RequestFeatures, pools: Mapping[Route, PoolLoad], cfg: Rou
             raise ValueError(f"route: pool {req.requested_route!r} is not configured")
         if req.requested_route in fallback:
             return Decision(fallback[req.requested_route], "pool_unavailable")
+        if req.requested_route == "speculative" and lossy:
+            raise LossySampling(
+                "temperature: the speculative pool's engine is not verified to sample the "
+                "target's distribution at temperature > 0 (see its replicas' startup log); send "
+                "temperature 0, or route auto / vanilla")
         return Decision(req.requested_route, "requested")
     if len(pools) == 1:
         return Decision(next(iter(pools)), "only_pool")
     if fallback:
         return Decision(next(iter(fallback.values())), "pool_unavailable")
+    if lossy:
+        return Decision("vanilla", "speculation_lossy")
     if cfg.pin != "auto":
         return Decision(cfg.pin, "pinned")
     if req.unsupported_options:

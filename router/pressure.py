@@ -57,9 +57,11 @@ class PressureTracker:
     def loads(self) -> dict[Route, PoolLoad]:
         """Every configured pool's live replicas and in-flight requests (all ingress replicas).
 
-        Until a pool's replicas report, its configured replica count stands in.
+        Until a pool's replicas report, its configured replica count stands in, and its sampling
+        counts as not verified lossless.
         """
-        return {pool: PoolLoad(p.replicas, p.in_flight) for pool, p in self.pool_stats().items()}
+        return {pool: PoolLoad(p.replicas, p.in_flight, lossless_sampling=p.lossless_sampling)
+                for pool, p in self.pool_stats().items()}
 
     async def run(self, on_snapshot: Callable[[dict[str, PoolStats]], None] | None = None) -> None:
         """Push local counts and pull the board's snapshot forever (cancel to stop).

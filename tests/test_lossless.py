@@ -23,7 +23,7 @@ from models.speculators_report import speculative_config
 
 pytestmark = pytest.mark.engine
 
-SAMPLES = 1000
+SAMPLES = 600
 DEPTH = 4
 K = 4
 FAMILY_SIZE = len(METHODS) * len(PROMPTS) * len(SETTINGS)
@@ -76,3 +76,42 @@ def test_stock_vllm_cpu_speculative_sampling_is_biased(lab, target, prompt_ids, 
     got = sample(target, spec_for("draft_model", lab), prompt_ids, SAMPLES, DEPTH, stock=True)
     results = fit(got, model, prompt_ids)
     assert min(r.p_value for r in results.values()) < 1e-6, report(results)
+
+
+HTTP_SAMPLES = 600
+
+
+@pytest.mark.serve
+def test_speculative_path_over_http_samples_the_target_distribution(client, server, serve_config,
+                                                                    target, prompt_ids, model):
+    """The same check through the application the product deploys: its speculative pool (the
+    default config's speculator, bfloat16, batched by concurrent requests) reports its sampling
+    verified, serves forced sampled requests, and they follow the target."""
+    import asyncio
+
+    import httpx
+
+    from models.exact import pit_values, uniformity_test
+
+    pools = client.get("/health").json()["pools"]
+    assert pools["speculative"]["lossless_sampling"] is True, pools
+    ids = prompt_ids[1]
+    body = {"model": serve_config.model.served_model_name, "prompt": ids, "max_tokens": DEPTH,
+            "temperature": 1.0, "ignore_eos": True, "return_token_ids": True,
+            "route": "speculative"}
+
+    async def one(http, gate):
+        async with gate:
+            r = await http.post("/v1/completions", json=body)
+        assert r.status_code == 200, r.text
+        assert r.headers["x-specserve-route"] == "speculative", dict(r.headers)
+        return tuple(r.json()["choices"][0]["token_ids"])
+
+    async def run():
+        gate = asyncio.Semaphore(64)
+        async with httpx.AsyncClient(base_url=server, timeout=300) as http:
+            return await asyncio.gather(*(one(http, gate) for _ in range(HTTP_SAMPLES)))
+
+    samples = asyncio.run(run())
+    result = uniformity_test(pit_values(model, ids, samples, temperature=1.0))
+    assert result.p_value > ALPHA, result

@@ -3,7 +3,7 @@
 import pytest
 
 from cluster.config import RouterConfig
-from router.policy import PoolLoad, RequestFeatures, choose_route
+from router.policy import LossySampling, PoolLoad, RequestFeatures, choose_route
 
 IDLE = {"vanilla": PoolLoad(1, 0), "speculative": PoolLoad(1, 0)}
 CFG = RouterConfig(max_speculative_in_flight=8)
@@ -68,3 +68,26 @@ def test_hysteresis_keeps_a_speculative_task_until_clearly_below_threshold():
     assert choose_route(req, pools, CFG, previous="speculative").route == "speculative"
     req, pools = _measured(1.02, 0.010, 0.010)
     assert choose_route(req, pools, CFG, previous="speculative").route == "vanilla"
+
+
+LOSSY = {"vanilla": PoolLoad(1, 0), "speculative": PoolLoad(1, 0, lossless_sampling=False)}
+
+
+@pytest.mark.parametrize("req, cfg, route, reason", [
+    (RequestFeatures("code", 0.5), CFG, "vanilla", "speculation_lossy"),
+    (RequestFeatures("code", 0.5), RouterConfig(pin="speculative"), "vanilla",
+     "speculation_lossy"),
+    (RequestFeatures("code", 0.0), CFG, "speculative", "task_gains"),  # greedy is exact
+    (RequestFeatures("code", 0.0, requested_route="speculative"), CFG, "speculative",
+     "requested"),
+    (RequestFeatures("code", 0.5, requested_route="vanilla"), CFG, "vanilla", "requested"),
+])
+def test_sampled_requests_stay_off_a_lossy_speculative_pool(req, cfg, route, reason):
+    d = choose_route(req, LOSSY, cfg)
+    assert (d.route, d.reason) == (route, reason)
+
+
+def test_forcing_a_lossy_speculative_pool_at_temperature_is_refused():
+    with pytest.raises(LossySampling, match="temperature") as e:
+        choose_route(RequestFeatures("code", 0.7, requested_route="speculative"), LOSSY, CFG)
+    assert e.value.param == "temperature"

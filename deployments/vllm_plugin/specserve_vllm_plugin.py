@@ -57,14 +57,21 @@ def expand_kernel_impl(output: torch.Tensor, input_val: torch.Tensor, cu_num_tok
     output[:total] = torch.repeat_interleave(values, counts, output_size=total).to(output.dtype)
 
 
-def stock_expand_is_correct() -> bool:
-    """Whether the installed CPU fallback expands a float32 tensor correctly (the defect above)."""
+def expand_fallback_is_correct() -> bool:
+    """Whether the CPU fallback `cpu_triton_utils._expand_kernel_impl` (the stock one, or this
+    plugin's once `register` ran) expands float32 (temperature, top_p) and int32 (top_k) values
+    correctly (the defect above)."""
     from vllm.utils import cpu_triton_utils
 
-    out = torch.full((3,), -9.0)
-    cpu_triton_utils._expand_kernel_impl(out, torch.tensor([0.7, 1.0]),
-                                         torch.tensor([2, 3], dtype=torch.int32), 0, 1)
-    return torch.allclose(out, torch.tensor([0.7, 0.7, 1.0]))
+    cu = torch.tensor([2, 3], dtype=torch.int32)
+    ok = True
+    cases = ((torch.tensor([0.7, 0.0]), 1), (torch.tensor([5, 7], dtype=torch.int32), 0))
+    for values, replace_to in cases:
+        out = torch.full((3,), -9, dtype=values.dtype)
+        cpu_triton_utils._expand_kernel_impl(out, values, cu, 0, replace_to)
+        want = torch.where(values == 0, torch.tensor(replace_to, dtype=values.dtype), values)
+        ok &= torch.equal(out, want.repeat_interleave(torch.tensor([2, 1])))
+    return ok
 
 
 def register() -> None:
@@ -81,7 +88,7 @@ def register() -> None:
         from vllm.utils import cpu_triton_utils
     except ImportError:
         return
-    if not hasattr(torch.ops._C, "expand_kernel_impl") or stock_expand_is_correct():
+    if not hasattr(torch.ops._C, "expand_kernel_impl") or expand_fallback_is_correct():
         return
     cpu_triton_utils._expand_kernel_impl = expand_kernel_impl
     FIXED = True
