@@ -20,6 +20,7 @@ from ray.serve.handle import DeploymentHandle
 
 from cluster.config import Route, SpecserveConfig
 from deployments.app import build_app_from_config
+from deployments.cores import node_cores
 
 # Set by Ray in the environment of a `ray job submit` driver.
 JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
@@ -39,7 +40,7 @@ def connect(address: str | None, cfg: SpecserveConfig, wait_s: float, log) -> No
 
     Args:
         address: Ray address; None: the job's cluster under `ray job submit`, `$RAY_ADDRESS`,
-            else a new local Ray sized for the config's pools (as `specserve serve` starts).
+            else a new local Ray of one logical CPU per core (as `specserve serve` starts).
         wait_s: how long to wait for an unreachable head.
         log: progress printer.
 
@@ -48,10 +49,7 @@ def connect(address: str | None, cfg: SpecserveConfig, wait_s: float, log) -> No
     """
     address = address or os.environ.get("RAY_ADDRESS")
     if not address and not in_ray_job():
-        pools = (cfg.vanilla, cfg.speculative)
-        needed = sum(p.num_replicas * (p.tensor_parallel_size + 1) for p in pools)
-        ray.init(num_cpus=max(needed, os.cpu_count() or 1), include_dashboard=False,
-                 log_to_driver=False)
+        ray.init(num_cpus=node_cores(), include_dashboard=False, log_to_driver=False)
         return
     host, _, port = (address or "").rpartition(":")
     if host and port.isdigit():

@@ -43,28 +43,20 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def max_replicas(cfg, pool: str) -> int:
-    """Most replicas `pool` may run: its autoscaling max_replicas, else num_replicas."""
-    if cfg.autoscaling.enabled:
-        return cfg.autoscaling.pool(pool).max_replicas
-    return getattr(cfg, pool).num_replicas
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     cfg = _load(args.config)
     import ray
     from ray import serve
 
+    from deployments.cores import node_cores
     from deployments.deploy import run_app
 
-    # Logical CPUs: pools take 1 per tensor-parallel rank + replica, the ingress 0; engines share
-    # the physical cores through their OpenMP threads. Autoscaled pools: room for their maximum.
-    needed = sum(max_replicas(cfg, p) * (getattr(cfg, p).tensor_parallel_size + 1)
-                 for p in cfg.pools())
+    # A local node declares one logical CPU per core: a CPU replica takes one per
+    # tensor-parallel rank (the cores it owns, deployments/cores.py), the ingress none.
     if not args.address:
         for name, value in RAY_NODE_ENV.items():  # read by the raylet this process starts
             os.environ.setdefault(name, value)
-    ray.init(address=args.address, num_cpus=None if args.address else max(needed, os.cpu_count() or 1),
+    ray.init(address=args.address, num_cpus=None if args.address else node_cores(),
              include_dashboard=False)
     serve.start(http_options={"host": cfg.server.host, "port": cfg.server.port})
     t0 = time.monotonic()

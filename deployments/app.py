@@ -18,7 +18,7 @@ from ray.llm._internal.serve.core.configs.openai_api_models import ModelCard
 from ray.serve import Application
 from ray.serve.llm.ingress import make_fastapi_ingress
 
-from cluster.config import SpecserveConfig, check_speculator_matches_target
+from cluster.config import ConfigError, SpecserveConfig, check_speculator_matches_target
 from deployments.pools import build_pool
 from router.ingress import ENDPOINTS, SpecserveIngress, build_fastapi_app
 
@@ -55,7 +55,12 @@ def build_app_from_config(cfg: SpecserveConfig, autoscale: bool = False) -> Appl
     Args:
         autoscale: give each pool Serve autoscaling bounds from `cfg.autoscaling` (for
             `deployments.deploy`); False: each pool starts `cfg.initial_replicas(pool)`, fixed.
+
+    Raises:
+        ConfigError: on a one-node Ray cluster, the CPU pools' starting replicas need more
+            logical CPUs than the node has (`check_fits_node`).
     """
+    check_fits_node(cfg)
     pools = {name: build_pool(name, cfg.model, getattr(cfg, name),
                               pool_deployment_config(cfg, name, autoscale),
                               {"utilization_source": cfg.autoscaling.utilization_source,
@@ -69,6 +74,39 @@ def build_app_from_config(cfg: SpecserveConfig, autoscale: bool = False) -> Appl
     ingress = serve.deployment(ingress_cls, name="router", num_replicas=1,
                                ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1024)
     return ingress.bind(pools=pools, model_card=card, config=cfg.model_dump(mode="json"))
+
+
+def check_fits_node(cfg: SpecserveConfig) -> None:
+    """Refuses, at build time, CPU pools whose starting replicas a one-node Ray cannot place.
+
+    A CPU replica takes one logical CPU per tensor-parallel rank: the cores it owns
+    (deployments/cores.py). Where Ray runs on one node (`serve run` on a local Ray, `specserve
+    serve`), a replica beyond its CPUs would wait unscheduled forever while the application
+    reports the pool; a cluster of several nodes (KubeRay, autoscaled) is not judged here, since
+    its workers may join later. No check without a running Ray.
+
+    Raises:
+        ConfigError: names the pools' replicas, the CPUs they need and the node's.
+    """
+    import ray
+
+    if not ray.is_initialized():
+        return
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    if len(nodes) != 1:
+        return
+    have = nodes[0].get("Resources", {}).get("CPU", 0)
+    wants = {p: cfg.initial_replicas(p) * getattr(cfg, p).tensor_parallel_size
+             for p in cfg.pools() if getattr(cfg, p).accelerator == "cpu"}
+    if sum(wants.values()) > have:
+        detail = ", ".join(f"{p}: {cfg.initial_replicas(p)} x tensor_parallel_size "
+                           f"{getattr(cfg, p).tensor_parallel_size}" for p in wants)
+        raise ConfigError(
+            f"{'/'.join(wants)}.num_replicas: the CPU pools start with {sum(wants.values())} "
+            f"replica core(s) ({detail}; with autoscaling, its min_replicas) but this Ray node "
+            f"has {have:g} CPU(s); each CPU replica owns one core per tensor-parallel rank. "
+            "Start fewer replicas, or Ray with more CPUs on a machine that has the cores "
+            "(`ray start --num-cpus N`)")
 
 
 def pool_deployment_config(cfg: SpecserveConfig, pool: str, autoscale: bool) -> dict:

@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
 from ray import serve
 from ray.serve.llm import LLMConfig, build_llm_deployment
 from ray.serve.llm.deployment import LLMServer
@@ -21,8 +23,10 @@ from vllm.v1.metrics.reader import get_metrics_snapshot
 
 from cluster.config import ModelConfig, PoolConfig, SpeculativePoolConfig, resolve_path
 from deployments.autoscaler import MEMORY_BOUND_METRIC, WAITING_METRIC
+from deployments.cores import CoreLease
 from deployments.logs import use_serve_log_handlers
 from deployments.profile import PROFILE_PROMPT, profile_batches, profile_step_times
+from deployments.sampling_check import SamplingCheck, check_sampling
 from deployments.stats import PUSH_PERIOD_S, EngineStats, busy_window_samples, get_board
 from deployments.utilization import make_source
 from router.cost import StepTimeModel
@@ -35,7 +39,8 @@ _IOMP = Path(sys.prefix) / "lib" / "libiomp5.so"
 
 
 class PoolServer(LLMServer):
-    """`LLMServer` that profiles its engine at start and pushes its stats to the StatsBoard.
+    """`LLMServer` that profiles its engine at start, checks that it samples losslessly
+    (deployments/sampling_check.py) and pushes its stats to the StatsBoard.
 
     Args:
         llm_config: the Ray Serve LLM config of this pool.
@@ -45,17 +50,39 @@ class PoolServer(LLMServer):
         utilization_source: `engine` or `dcgm` (deployments/utilization.py), reported to the
             autoscaler by `record_autoscaling_stats`.
         dcgm_exporter_url: dcgm-exporter's /metrics URL (utilization_source `dcgm`).
+        cpu_cores: on CPU, the cores this replica leases for its engine (deployments/cores.py:
+            its `tensor_parallel_size`); 0 on GPU, where Ray assigns the GPUs.
+
+    Raises:
+        NoFreeCores: every core of the node is leased by other replicas (Ray schedules a CPU
+            replica on one logical CPU per core, so only a Ray node started with more CPUs than
+            cores gets here).
     """
 
     async def __init__(self, llm_config: LLMConfig, *, pool: str, profile_max_batch: int = 0,
                        utilization_source: str = "engine", dcgm_exporter_url: str = "",
-                       **kwargs):
+                       cpu_cores: int = 0, **kwargs):
         use_serve_log_handlers()
-        await super().__init__(llm_config, **kwargs)
         self._pool = pool
         ctx = serve.get_replica_context()
-        self._board = get_board(ctx.app_name)
         self._replica_id = ctx.replica_id.unique_id
+        self._cores = None
+        if cpu_cores:
+            self._cores = CoreLease.acquire(cpu_cores, owner=f"{pool} replica {self._replica_id}")
+            os.environ.update(self._cores.vllm_env())  # the engine processes inherit it
+        await super().__init__(llm_config, **kwargs)
+        if self._cores is not None:
+            pinned = self._cores.pin_children()
+            logger.info("%s replica %s owns cores %s (engine processes %s)", pool,
+                        self._replica_id, self._cores.cores, pinned)
+        self._board = get_board(ctx.app_name)
+        # vanilla samples with vLLM's plain sampler; the check concerns the rejection sampler
+        self._sampling = (check_sampling() if pool == "speculative"
+                          else SamplingCheck(True, "no speculation"))
+        (logger.info if self._sampling.lossless else logger.warning)(
+            "%s sampling at temperature > 0 %s: %s", pool,
+            "verified lossless" if self._sampling.lossless else "NOT verified lossless "
+            "(sampled requests stay off this pool)", self._sampling.detail)
         t0 = time.perf_counter()
         self._profile = await profile_step_times(
             self._run_profile_request, lambda: self.engine_stats_now().iterations,
@@ -97,6 +124,7 @@ class PoolServer(LLMServer):
                     stats.step_sample_id = stats.iterations
                 self._last_stats = stats
                 stats.profile = self._profile
+                stats.lossless_sampling = self._sampling.lossless
                 self._board.report_engine.remote(self._replica_id, self._pool, stats)
                 prev_t, prev = now_t, stats
             except Exception:  # a stats hiccup must never take the replica down
@@ -115,6 +143,13 @@ class PoolServer(LLMServer):
     async def engine_stats(self) -> EngineStats:
         """This replica's current engine stats (for tests and debugging)."""
         return self.engine_stats_now()
+
+    async def engine_processes(self) -> dict:
+        """This replica's leased cores and its engine processes (for tests and operators):
+        `{"cores": [core ids] or None on GPU, "pids": [pids of the replica's descendants]}`."""
+        children = psutil.Process().children(recursive=True)
+        return {"cores": self._cores.cores if self._cores is not None else None,
+                "pids": [c.pid for c in children]}
 
     async def requests_in_engine(self) -> int:
         """Requests the engine holds now (running or waiting), from vLLM's output processor:
@@ -137,6 +172,8 @@ class PoolServer(LLMServer):
             await super().__del__()
         finally:
             shutdown_engine_processes(getattr(self, "engine", None))
+            if getattr(self, "_cores", None) is not None:
+                self._cores.release()
 
 
 def shutdown_engine_processes(engine) -> None:
@@ -156,6 +193,11 @@ def llm_config(model: ModelConfig, pool: PoolConfig, deployment_config: dict | N
     the replica process, which `get_metrics_snapshot()` reads (Ray's logger exports elsewhere).
     `deployment_config` (Serve deployment options, e.g. an `autoscaling_config`) replaces the
     default `{"num_replicas": pool.num_replicas}`.
+
+    Resources per replica: one bundle per tensor-parallel rank, `{"GPU": 1}` (the replica actor's
+    default CPU joins the first) or, on CPU, `{"CPU": 1}` with a replica actor of 0 CPUs: a CPU
+    replica's logical CPUs are the cores it leases for its engine (deployments/cores.py), so a
+    node with C cores runs at most C of them.
     """
     engine_kwargs = {
         "tensor_parallel_size": pool.tensor_parallel_size,
@@ -179,6 +221,10 @@ def llm_config(model: ModelConfig, pool: PoolConfig, deployment_config: dict | N
     else:
         engine_kwargs["gpu_memory_utilization"] = pool.gpu_memory_utilization
     bundle = {"CPU": 1} if pool.accelerator == "cpu" else {"GPU": 1}
+    deployment_config = dict(deployment_config or {"num_replicas": pool.num_replicas})
+    if pool.accelerator == "cpu":
+        deployment_config["ray_actor_options"] = {
+            **deployment_config.get("ray_actor_options", {}), "num_cpus": 0}
     return LLMConfig(
         model_loading_config={"model_id": model.served_model_name,
                               "model_source": resolve_path(model.path)},
@@ -187,7 +233,7 @@ def llm_config(model: ModelConfig, pool: PoolConfig, deployment_config: dict | N
         engine_kwargs=engine_kwargs,
         runtime_env={"env_vars": env},
         log_engine_metrics=False,
-        deployment_config=deployment_config or {"num_replicas": pool.num_replicas},
+        deployment_config=deployment_config,
     )
 
 
@@ -201,6 +247,7 @@ def build_pool(name: str, model: ModelConfig, pool: PoolConfig,
     """
     return build_llm_deployment(
         llm_config(model, pool, deployment_config), deployment_cls=PoolServer,
-        bind_kwargs={"pool": name, "profile_max_batch": pool.profile_max_batch,
+        bind_kwargs={"pool": name, "profile_max_batch": pool.profile_batch_limit(),
+                     "cpu_cores": pool.tensor_parallel_size if pool.accelerator == "cpu" else 0,
                      **(utilization or {})},
         override_serve_options={"name": name})

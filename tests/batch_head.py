@@ -61,7 +61,7 @@ class RayHead:
         temp_dir: Ray's temp dir for this head (short: it holds unix sockets).
         port: GCS port.
         dashboard_port: dashboard / job server port.
-        num_cpus: logical CPUs (pools take 1 per replica plus 1 per placement bundle).
+        num_cpus: logical CPUs (a CPU pool replica takes 1 per tensor-parallel rank).
         env: environment of the head (and so of every job driver and replica).
     """
 

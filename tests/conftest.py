@@ -7,12 +7,14 @@ The application (both pools, real vLLM engines, real local Ray) starts once per 
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 
 import httpx
 import pytest
 
 from cluster.config import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, SpecserveConfig, models_dir
+from deployments.cores import CORES_DIR_ENV, node_cores
 
 pytest_plugins = ["conftest_kube"]  # real API server fixtures for tests/test_kuberay_*.py
 TEST_PORT = int(os.environ.get("SPECSERVE_TEST_PORT", "8123"))
@@ -39,10 +41,6 @@ def serve_config(lab) -> SpecserveConfig:
     data["server"]["max_in_flight_per_replica"] = MAX_IN_FLIGHT_PER_REPLICA
     # A speculator context shorter than the target's (1024), for ../shared/cases #9.
     data["speculative"]["speculator"]["max_model_len"] = SPECULATOR_CONTEXT
-    # The pools as on separate accelerators: load on one pool does not slow the other, so a burst
-    # on the speculative pool moves new requests to vanilla (test_routing). The shared-compute
-    # prediction of the default config is unit-tested in tests/test_decider.py.
-    data["router"]["pools_share_compute"] = False
     return SpecserveConfig.from_dict(data)
 
 
@@ -56,7 +54,10 @@ def server(serve_config) -> str:
 
     for name, value in RAY_NODE_ENV.items():  # as `specserve serve` starts Ray
         os.environ.setdefault(name, value)
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    # The session app's replicas lease cores among themselves: Ray clusters other tests start
+    # beside it lease from their own folders (tests share the machine's cores by design).
+    os.environ[CORES_DIR_ENV] = tempfile.mkdtemp(prefix="specserve-cores-")
+    ray.init(num_cpus=node_cores(), include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": TEST_PORT})
     serve.run(build_app_from_config(serve_config), name="specserve", route_prefix="/")
     yield f"http://127.0.0.1:{TEST_PORT}"

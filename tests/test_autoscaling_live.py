@@ -11,6 +11,7 @@ its own cluster (run it alone, under the heavy lock).
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 import time
 
@@ -18,6 +19,7 @@ import httpx
 import pytest
 
 from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig
+from deployments.cores import CORES_DIR_ENV, node_cores
 
 PORT = int(os.environ.get("SPECSERVE_TEST_PORT", "8123"))
 APP = "specserve-autoscale"
@@ -47,7 +49,8 @@ def live(lab):
     # handles and replicas push Serve's own request counts every second (default 10 s)
     os.environ["RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S"] = "1"
     os.environ["RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S"] = "1"
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    os.environ[CORES_DIR_ENV] = tempfile.mkdtemp(prefix="specserve-cores-")
+    ray.init(num_cpus=node_cores(), include_dashboard=False, log_to_driver=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": PORT})
         run_app(cfg, APP, timeout_s=300)

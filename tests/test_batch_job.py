@@ -26,6 +26,7 @@ import yaml
 
 from batch_head import VENV_BIN, RayHead
 from cluster.config import MODELS_DIR_ENV, models_dir
+from deployments.cores import CORES_DIR_ENV, node_cores
 
 pytestmark = pytest.mark.serve
 
@@ -75,8 +76,10 @@ def head(models):
     env |= {"PATH": f"{VENV_BIN}:{env.get('PATH', '')}", MODELS_DIR_ENV: models,
             # a Ray 2.60 head enables token auth when ~/.ray/auth_token exists; the job CLI
             # needs the mode said explicitly
-            "RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"}
-    h = RayHead(temp_dir, free_port(), free_port(), num_cpus=4, env=env)
+            "RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0",
+            # this head's replicas lease cores among themselves, not against the session app's
+            CORES_DIR_ENV: os.path.join(temp_dir, "cores")}
+    h = RayHead(temp_dir, free_port(), free_port(), num_cpus=node_cores(), env=env)
     h.start()
     yield h
     h.stop()

@@ -1,0 +1,82 @@
+"""Each CPU replica owns its cores, as a GPU replica owns its GPUs (deployments/cores.py).
+
+Unit tests of the lease on lock files in a scratch folder, and, on the session application (the
+real path), that no two engine processes of different replicas may run on the same core.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from deployments.cores import CORES_DIR_ENV, CoreLease, NoFreeCores
+
+
+@pytest.fixture
+def cores_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv(CORES_DIR_ENV, str(tmp_path))
+    return tmp_path
+
+
+def test_leases_are_exclusive_and_released(cores_dir):
+    a = CoreLease.acquire(1, "a", allowed={0, 1})
+    b = CoreLease.acquire(1, "b", allowed={0, 1})
+    assert {a.cores[0], b.cores[0]} == {0, 1}
+    with pytest.raises(NoFreeCores, match=r"needs 1 free core.*0 \(a pid \d+\).*1 \(b pid"):
+        CoreLease.acquire(1, "c", allowed={0, 1})
+    a.release()
+    assert CoreLease.acquire(1, "c", allowed={0, 1}).cores == a.cores
+    assert a.vllm_env() == {"VLLM_CPU_OMP_THREADS_BIND": str(a.cores[0]),
+                            "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+
+
+def test_a_killed_holder_frees_its_cores(cores_dir):
+    """The kernel drops a dead process's flock: a replacement finds the core free."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from deployments.cores import CoreLease; "
+         "lease = CoreLease.acquire(2, 'holder', allowed={0, 1}); print('held', flush=True); "
+         "time.sleep(600)"], stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert holder.stdout.readline().strip() == "held"
+    with pytest.raises(NoFreeCores):
+        CoreLease.acquire(1, "new", allowed={0, 1})
+    holder.kill()
+    holder.wait()
+    assert CoreLease.acquire(2, "new", allowed={0, 1}).cores == [0, 1]
+
+
+def allowed_cores(pid: int) -> set[int]:
+    """A process's CPU affinity as the kernel reports it (/proc/PID/status)."""
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("Cpus_allowed_list:"):
+            out = set()
+            for part in line.split(":", 1)[1].strip().split(","):
+                lo, _, hi = part.partition("-")
+                out |= set(range(int(lo), int(hi or lo) + 1))
+            return out
+    raise AssertionError(f"no Cpus_allowed_list for {pid}")
+
+
+def engine_cores() -> dict[str, tuple[list[int], set[int]]]:
+    """Per pool: the cores its (single) replica leased and the union of its engine processes'
+    affinities, read from /proc."""
+    from ray import serve
+
+    out = {}
+    for pool in ("vanilla", "speculative"):
+        info = serve.get_deployment_handle(pool, app_name="specserve").engine_processes.remote(
+        ).result(timeout_s=60)
+        assert info["pids"], f"{pool}: no engine process under its replica"
+        out[pool] = (info["cores"], set().union(*(allowed_cores(p) for p in info["pids"])))
+    return out
+
+
+@pytest.mark.serve
+def test_no_two_replicas_engines_share_a_core(client):
+    cores = engine_cores()
+    for pool, (leased, affinity) in cores.items():
+        assert leased and affinity == set(leased), (pool, leased, affinity)
+    assert not cores["vanilla"][1] & cores["speculative"][1], cores
