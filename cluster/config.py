@@ -144,10 +144,16 @@ class PoolConfig(_Strict):
                                           "GPU memory vLLM may use.")
     enforce_eager: bool = Field(False, description="Skip torch.compile/graph capture: faster "
                                 "start, slower decode.")
-    profile_max_batch: int = Field(
-        64, ge=0, description="Each replica measures its engine's step time at batch 1, 2, 4, ... "
+    profile_max_batch: int | None = Field(
+        None, ge=0, description="Each replica measures its engine's step time at batch 1, 2, 4, ... "
         "up to this at start (a few seconds on the tiny models); the router's cost model starts "
-        "from it. 0 skips the profile.")
+        "from it. Unset: up to `max_num_seqs`, the whole range the engine can run. 0 skips the "
+        "profile.")
+
+    def profile_batch_limit(self) -> int:
+        """Largest batch the startup profile measures (0: none)."""
+        return self.max_num_seqs if self.profile_max_batch is None else self.profile_max_batch
+
     engine_kwargs: dict = Field(default_factory=dict, description="Further vLLM EngineArgs, passed "
                                 "through verbatim; vLLM rejects unknown names at replica start.")
 
@@ -185,16 +191,6 @@ class RouterConfig(_Strict):
     max_speculative_temperature: float = Field(
         0.7, ge=0, description="Requests sampled hotter than this go vanilla (acceptance falls "
         "with temperature).")
-    pools_share_compute: bool = Field(
-        False, description="The two pools run on the same compute (e.g. CPU replicas on one "
-        "machine): a request on either pool slows both, so the router compares the machine's "
-        "output tokens/s with the request on either pool (router/estimator.py "
-        "`machine_step_times`). False: separate accelerators (GPU), each request compared at the "
-        "batch of the pool it would join.")
-    shared_compute_slowdown: float = Field(
-        2.3, ge=1, description="With pools_share_compute: how many times slower each pool's "
-        "steps run while both pools run at once. 2.0-2.6 measured with two vLLM CPU engines on "
-        "2 cores (bench/contention.py, 2026-12-01); measure your machine the same way.")
 
 
 class ServerConfig(_Strict):

@@ -25,13 +25,16 @@ def bucket_of(batch: float) -> int:
 
 @dataclass
 class StepTimeModel:
-    """Per-bucket EWMA of step seconds.
+    """Per-bucket EWMA of step seconds, and what a request lives at any count in the engine.
 
     Args:
         weight: weight of a new online sample (0..1]; profile points enter with weight 1.
+        max_batch: the engine's running-batch cap (vLLM `max_num_seqs`); None: unbounded. With
+            N requests in the engine only min(N, max_batch) run; the rest wait.
     """
 
     weight: float = 0.2
+    max_batch: int | None = None
     _mean_s: dict[int, float] = field(default_factory=dict)
     _profiled: set[int] = field(default_factory=set)  # buckets still holding a profile point
 
@@ -42,7 +45,7 @@ class StepTimeModel:
         high: session-3 benchmark, speculative batch 1 profiled 28 ms against ~20 ms served)."""
         if step_s <= 0 or batch <= 0:
             return
-        b = bucket_of(batch)
+        b = bucket_of(self._running(batch))
         old = self._mean_s.get(b)
         if old is None or b in self._profiled:
             self._profiled.discard(b)
@@ -58,16 +61,38 @@ class StepTimeModel:
                 self._mean_s[b] = step_s
                 self._profiled.add(b)
 
+    def _running(self, batch: float) -> float:
+        return min(batch, self.max_batch) if self.max_batch else batch
+
     def step_time(self, batch: float) -> float | None:
-        """Seconds per step at `batch`; None before any profile or sample."""
+        """Seconds per decode step as a request lives it with `batch` requests in the engine;
+        None before any profile or sample.
+
+        Up to `max_batch`: the step time of that running batch, interpolated in log2(B) between
+        known buckets, flat below the smallest, and beyond the largest extended along the line
+        through the last two (a larger batch never steps faster; with one bucket, step time
+        proportional to the batch: the compute-bound bound). Above `max_batch`, N requests share
+        max_batch slots, so each advances one token every T(max_batch) · N / max_batch seconds
+        (processor sharing; waiting requests' prefills not counted).
+        """
         if not self._mean_s:
             return None
-        x = math.log2(max(batch, 1.0))
+        running = max(self._running(batch), 1.0)
+        queueing = max(1.0, batch / running)
+        return self._running_step(running) * queueing
+
+    def _running_step(self, batch: float) -> float:
+        x = math.log2(batch)
         keys = sorted(self._mean_s)
         if x <= keys[0]:
             return self._mean_s[keys[0]]
         if x >= keys[-1]:
-            return self._mean_s[keys[-1]]
+            top_b, top_s = 2.0 ** keys[-1], self._mean_s[keys[-1]]
+            if len(keys) == 1:
+                return top_s * batch / top_b
+            prev_b, prev_s = 2.0 ** keys[-2], self._mean_s[keys[-2]]
+            slope = max(0.0, (top_s - prev_s) / (top_b - prev_b))
+            return top_s + slope * (batch - top_b)
         hi = next(k for k in keys if k >= x)
         lo = max(k for k in keys if k <= x)
         if hi == lo:

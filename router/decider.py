@@ -36,7 +36,8 @@ class RouteDecider:
     def __init__(self, cfg: SpecserveConfig, pools: Iterable[Route]):
         self.cfg = cfg
         self.pools = list(pools)
-        self.estimator = RouteEstimator(cfg.speculative.speculator.num_speculative_tokens)
+        self.estimator = RouteEstimator(cfg.speculative.speculator.num_speculative_tokens,
+                                        {p: getattr(cfg, p).max_num_seqs for p in self.pools})
         self.tokenizer = load_tokenizer(resolve_path(cfg.model.path))
         # Tokens of context the speculator drafts within (None: unbounded or no speculative pool).
         self.speculator_context = (cfg.speculative.speculator.context_len()
@@ -70,7 +71,7 @@ class RouteDecider:
         self._pin_version += 1
 
     def decide(self, body, loads: dict[Route, PoolLoad], prompt_len: int | None = None,
-               shared_compute: bool = False) -> tuple[RequestFeatures, Decision]:
+               ) -> tuple[RequestFeatures, Decision]:
         """Features and route of one request (pops the body's `route` field).
 
         Args:
@@ -78,9 +79,6 @@ class RouteDecider:
             loads: each configured pool's load with the step time this request would see.
             prompt_len: the prompt's tokens if known (or an upper bound below the speculator's
                 context); None: counted here when it matters.
-            shared_compute: the pools share the machine's compute (`router.pools_share_compute`):
-                step times come from the machine's output rate with this request on either pool
-                (`RouteEstimator.machine_step_times`), replacing those in `loads`.
 
         Raises:
             RequestError: the `route` field is invalid (400).
@@ -90,9 +88,6 @@ class RouteDecider:
         features = dataclasses.replace(features, expected_tokens=self.estimator.expected_tokens(
             features.task, features.temperature))
         router_cfg = self.cfg.router
-        if shared_compute:
-            loads = self.estimator.machine_step_times(loads, features.expected_tokens,
-                                                      router_cfg.shared_compute_slowdown)
         if self.pin != router_cfg.pin:
             router_cfg = router_cfg.model_copy(update={"pin": self.pin})
         decision = choose_route(features, loads, router_cfg,

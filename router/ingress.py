@@ -116,18 +116,15 @@ class SpecserveIngress(OpenAiIngress):
             loop.create_task(self._decider.share_forever(self._board, self._replica_id))]
 
     def _observe(self, snapshot) -> None:
-        self._estimator.update_pools(snapshot, self._cfg.router.pools_share_compute)
+        self._estimator.update_pools(snapshot)
         self._health.observe(snapshot)
 
     def _get_configured_serve_handle(self, model_id: str) -> DeploymentHandle:
         return self._handles[_ROUTE.get()]
 
     def _loads(self) -> dict[Route, PoolLoad]:
-        """Each pool's load, live or not, with the step time it would run at with this request
-        (with shared compute the decider prices both pools itself, from E[τ]: none here)."""
-        loads = self._pressure.loads()
-        if not self._cfg.router.pools_share_compute:
-            loads = self._estimator.with_step_times(loads)
+        """Each pool's load, live or not, with the step time it would run at with this request."""
+        loads = self._estimator.with_step_times(self._pressure.loads())
         return {pool: dataclasses.replace(load, available=self._health.available(pool))
                 for pool, load in loads.items()}
 
@@ -190,8 +187,7 @@ class SpecserveIngress(OpenAiIngress):
             return error_response(503, "No pool has a live replica; retry later",
                                   headers=retry_after)
         try:
-            features, decision = self._decider.decide(body, loads, prompt_len,
-                                                      self._cfg.router.pools_share_compute)
+            features, decision = self._decider.decide(body, loads, prompt_len)
         except ValueError as e:  # forces a pool not configured, or a lossy one at T > 0
             raise RequestError(400, str(e), getattr(e, "param", "route")) from None
         admitted = admit(decision, loads, self._cfg.server.max_in_flight_per_replica)

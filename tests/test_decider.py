@@ -117,29 +117,16 @@ def test_separate_pools_predict_step_times_at_their_own_batch(decider):
     assert loads["speculative"].in_flight == 63
 
 
-def test_shared_compute_keeps_only_samples_taken_while_the_other_pool_idled(decider):
+def test_every_step_sample_is_kept_at_the_pools_own_batch(decider):
     from deployments.stats import EngineStats, PoolStats
 
     est = decider.estimator
-    idle = PoolStats(engine=EngineStats(itl_count=100))
-    est.update_pools({"vanilla": idle, "speculative": PoolStats()}, shared_compute=True)
-    sampled = PoolStats(step_samples=[("r1", 1, 4.0, 0.050)])
-    est.update_pools({"vanilla": idle, "speculative": sampled}, shared_compute=True)
-    assert est.step_times["speculative"].points() == {4: 0.050}
-    # the other pool emitted tokens since the last snapshot: dropped
     busy = PoolStats(engine=EngineStats(num_requests_running=5, itl_count=130))
     est.update_pools({"vanilla": busy, "speculative": PoolStats(
-        step_samples=[("r1", 2, 2.0, 0.5)])}, shared_compute=True)
-    assert est.step_times["speculative"].points() == {4: 0.050}
-    # no output since: idle, whatever its (step-refreshed) running gauge still says
-    stale = PoolStats(engine=EngineStats(num_requests_running=1, itl_count=130))
-    est.update_pools({"vanilla": stale, "speculative": PoolStats(
-        step_samples=[("r1", 3, 2.0, 0.030)])}, shared_compute=True)
-    assert est.step_times["speculative"].points() == {2: 0.030, 4: 0.050}
-    # unshared compute keeps every sample, at the pool's own batch
+        step_samples=[("r1", 1, 4.0, 0.050)])})
     est.update_pools({"vanilla": busy, "speculative": PoolStats(
-        step_samples=[("r1", 4, 1.0, 0.020)])}, shared_compute=False)
-    assert est.step_times["speculative"].points() == {1: 0.020, 2: 0.030, 4: 0.050}
+        step_samples=[("r1", 1, 4.0, 0.050), ("r2", 7, 1.0, 0.020)])})  # r1's again: once
+    assert est.step_times["speculative"].points() == {1: 0.020, 4: 0.050}
 
 
 def _engine(running, waiting, iterations, outputs, itl_sum_s):
@@ -187,52 +174,3 @@ def test_first_sample_of_a_bucket_replaces_its_profile_point():
     assert model.points()[1] == pytest.approx(0.022)
     model.load_profile({1: 0.5})  # a profile never overrides what was measured
     assert model.points()[1] == pytest.approx(0.022)
-
-
-def _measured(decider):
-    """Step times from the 2-core contention run (bench/contention.py, 2026-12-01): per-request
-    tokens/s alone, vanilla 217 at 1 and 89 at 8 (711/8); ngram at 1 266 tok/s with E[τ] ~4."""
-    from deployments.stats import PoolStats
-    decider.estimator.update_pools({
-        "vanilla": PoolStats(profile={1: 1 / 217, 8: 8 / 711, 16: 16 / 747}),
-        "speculative": PoolStats(profile={1: 4 / 266, 8: 8 * 4 / 752})})
-    return decider.estimator
-
-
-def test_machine_step_times_match_the_request_view_when_both_pools_idle(decider):
-    est = _measured(decider)
-    loads = est.machine_step_times({"vanilla": PoolLoad(1, 0), "speculative": PoolLoad(1, 0)},
-                                   expected_tokens=4.0, slowdown=2.3)
-    speedup = 4.0 * loads["vanilla"].step_s / loads["speculative"].step_s
-    assert speedup == pytest.approx(4.0 * est.step_time("vanilla", 1)
-                                    / est.step_time("speculative", 1))
-    assert speedup == pytest.approx(266 / 217)
-
-
-def test_machine_step_times_keep_a_request_off_the_idle_pool_beside_a_busy_one(decider):
-    est = _measured(decider)
-    busy = {"vanilla": PoolLoad(1, 8), "speculative": PoolLoad(1, 0)}
-    # R(vanilla) = 9 requests on vanilla alone; R(speculative) = (8 vanilla + 1 speculative) / k
-    loads = est.machine_step_times(busy, expected_tokens=4.0, slowdown=2.3)
-    r_van = 1 / loads["vanilla"].step_s
-    r_spec = 4.0 / loads["speculative"].step_s
-    assert r_van == pytest.approx(9 / est.step_time("vanilla", 9))
-    assert r_spec == pytest.approx((8 / est.step_time("vanilla", 8) + 266) / 2.3)
-    assert r_spec / r_van < 1.0   # the code request stays with the busy vanilla pool
-    free = est.machine_step_times(busy, expected_tokens=4.0, slowdown=1.0)
-    assert 4.0 * free["vanilla"].step_s / free["speculative"].step_s > 1.1  # no contention: go
-
-
-def test_decide_uses_the_machine_view_with_shared_compute(decider):
-    _measured(decider)
-    busy = {"vanilla": PoolLoad(1, 8, 0.1), "speculative": PoolLoad(1, 0, 0.001)}
-    _, shared = decider.decide(code(), busy, shared_compute=True)
-    assert (shared.route, shared.reason) == ("vanilla", "speculation_costs")
-    _, separate = decider.decide(code(), busy)  # the loads' own step times: speculation pays
-    assert (separate.route, separate.reason) == ("speculative", "speculation_pays")
-
-
-def test_machine_step_times_unknown_without_step_times(decider):
-    loads = decider.estimator.machine_step_times(
-        {"vanilla": PoolLoad(1, 2), "speculative": PoolLoad(1, 0)}, 3.0, 2.3)
-    assert loads["vanilla"].step_s is None and loads["speculative"].step_s is None
