@@ -1,19 +1,23 @@
-"""`python -m bench.run`: routed vs always-vanilla vs always-speculative vs vLLM's batch-size switch.
+"""`python -m bench.run`: routed vs every single configuration, at the same accelerator budget.
 
     python -m bench.run [--out DIR] [--methods ngram draft_model ...] [--quick] [--eager]
 
-Starts each application in turn on a local Ray (one at a time: the machine's cores are shared) and
-drives the real HTTP endpoint with streamed requests (bench/workload.py, bench/loadgen.py):
-1. main application (both pools, speculator = first method): "vanilla", "speculative-<m>" and
-   "routed" are the same pools reached with the request's `route` field forced to vanilla,
-   speculative, or left to the router (auto), interleaved level by level so machine noise hits
-   all three alike. Also the router's overhead against Ray Serve LLM's stock ingress on the same
-   vanilla pool (bench/direct.py).
-2. one application per further method (speculative pool only): "speculative-<m>".
-3. vLLM's own switch (speculative pool only, `num_speculative_tokens_per_batch_size`): k up to the
-   largest concurrency at which the first method beat vanilla in step 1, 0 above: "vllm-switch".
+Every system gets the same accelerators: `--budget` replicas of one accelerator each (on CPU a
+replica owns one core, deployments/cores.py; default: this machine's cores). One application at a
+time on a local Ray, driven through the real HTTP endpoint with streamed requests
+(bench/workload.py, bench/loadgen.py):
+1. "vanilla-xN": N vanilla replicas, no speculative pool;
+2. "speculative-<m>-xN": N speculative replicas, for each method in `--methods`;
+3. "routed" (the first method): the two pools split the budget (N - N//2 vanilla, N//2
+   speculative), every request `route: auto`; on the same application "forced-vanilla" and
+   "forced-speculative" send every request to one of its pools (each has part of the budget),
+   interleaved level by level with routed so machine noise hits all three alike; a
+   "machine" cell compares one pool busy alone with both pools busy at once; and the router's
+   overhead against Ray Serve LLM's stock ingress on the same vanilla pool (bench/direct.py);
+4. "vllm-switch-xN": N speculative replicas with vLLM's `num_speculative_tokens_per_batch_size`
+   (k up to the largest concurrency at which the first method beat vanilla in steps 1-2, 0 above).
 Cells: code prompts at concurrency 1; the mixed workload in a closed-loop sweep over
-`--concurrency`; the mixed workload at Poisson rates set to fractions of vanilla's measured
+`--concurrency`; the mixed workload at Poisson rates set to fractions of vanilla-xN's measured
 capacity. Output: `DIR/results.json`, `DIR/report.md`, `DIR/*.png`; the path is printed at the end.
 """
 
@@ -52,9 +56,10 @@ class App:
     cells: dict = field(default_factory=dict)  # filled by the run
 
 
-def speculator_config(base: SpecserveConfig, method: str, speculative_only: bool,
+def speculator_config(base: SpecserveConfig, method: str, replicas: tuple[int, int],
                       eager: bool, schedule: list | None = None) -> SpecserveConfig:
-    """`base` with the speculative pool using `method` (and the vanilla pool off if asked)."""
+    """`base` with the speculative pool using `method` and (vanilla, speculative) replicas fixed
+    (a pool at 0 is off)."""
     data = base.model_dump(mode="json")
     spec = {"method": method, "num_speculative_tokens":
             data["speculative"]["speculator"]["num_speculative_tokens"]}
@@ -63,9 +68,8 @@ def speculator_config(base: SpecserveConfig, method: str, speculative_only: bool
     if schedule:
         spec["num_speculative_tokens_per_batch_size"] = schedule
     data["speculative"]["speculator"] = spec
-    if speculative_only:
-        data["vanilla"]["num_replicas"] = 0
-    if "autoscaling" in data:  # one replica per pool: every system gets the same engines
+    data["vanilla"]["num_replicas"], data["speculative"]["num_replicas"] = replicas
+    if "autoscaling" in data:  # fixed replicas: every system keeps its split of the budget
         data["autoscaling"]["enabled"] = False
     for pool in ("vanilla", "speculative"):
         data[pool]["enforce_eager"] = data[pool]["enforce_eager"] or eager
@@ -83,9 +87,25 @@ def available_methods(methods: list[str]) -> list[str]:
     return out
 
 
+def alternating(model: str, seed: int, routes: tuple[str, ...]):
+    """Mixed-workload jobs whose `route` cycles through `routes` (a closed loop then keeps about
+    as many requests in flight on each)."""
+    streams = [jobs("mixed", model, seed + i, route) for i, route in enumerate(routes)]
+    while True:
+        for s in streams:
+            yield next(s)
+
+
 async def measure_app(url: str, app: App, args, rates: list[float] | None,
-                      model: str) -> dict:
-    """Runs every cell for every system of `app`; returns {cell: {system: summary}}."""
+                      model: str, machine: bool = False) -> dict:
+    """Runs every cell for every system of `app`; returns {cell: {system: summary}}.
+
+    Args:
+        rates: Poisson rates (req/s); None: fractions of the first system's measured capacity
+            (returned under "poisson_rates_req_s").
+        machine: also the "machine@c<N>" cell at `--machine-concurrency`: every request on the
+            vanilla pool ("one-pool") against requests alternating between both ("both-pools").
+    """
     slo = Slo(args.ttft_slo_ms / 1000, args.tpot_slo_ms / 1000)
     cells: dict[str, dict] = {}
     limits = httpx.Limits(max_connections=1024, max_keepalive_connections=1024)
@@ -105,9 +125,19 @@ async def measure_app(url: str, app: App, args, rates: list[float] | None,
             n = max(args.min_requests, args.requests_per_slot * c)
             await cell(f"mixed@c{c}", lambda route, i, c=c, n=n: closed_loop(
                 client, jobs("mixed", model, 2 + c, route), c, n))
-        if rates is None:  # fractions of vanilla's capacity, measured by the sweep above
-            capacity = max(cells[f"mixed@c{c}"]["vanilla"]["requests"] /
-                           cells[f"mixed@c{c}"]["vanilla"]["wall_s"] for c in args.concurrency)
+        if machine:
+            c = args.machine_concurrency
+            n = max(args.min_requests, args.requests_per_slot * c)
+            for name, routes in (("one-pool", ("vanilla",)),
+                                 ("both-pools", ("vanilla", "speculative"))):
+                samples, wall = await closed_loop(client, alternating(model, 70, routes), c, n)
+                cells.setdefault(f"machine@c{c}", {})[name] = summarize(samples, wall, slo)
+                print(f"machine@c{c:<6} {name:>24}: {_line(cells[f'machine@c{c}'][name])}",
+                      flush=True)
+        if rates is None:  # fractions of the first system's capacity, measured by the sweep
+            first = next(iter(app.systems))
+            capacity = max(cells[f"mixed@c{c}"][first]["requests"] /
+                           cells[f"mixed@c{c}"][first]["wall_s"] for c in args.concurrency)
             rates = [round(f * capacity, 2) for f in RATE_FRACTIONS]
             cells["poisson_rates_req_s"] = rates
         for j, rate in enumerate(rates):
@@ -122,25 +152,34 @@ def _line(s: dict) -> str:
             f"errors {s['errors']}  routes {s['route_mix']}")
 
 
-async def measure_overhead(url: str, model: str, n: int) -> dict:
+async def measure_overhead(url: str, model: str, n: int, concurrency: int = 1) -> dict:
     """Latency of 1-token non-streamed requests: specserve (route=vanilla) vs the stock ingress
-    on the same vanilla pool, alternated; overhead = difference of the percentiles (ms)."""
+    on the same vanilla pool, in alternating rounds of `concurrency` concurrent requests per path
+    until each has `n`; overhead = difference of the percentiles (ms)."""
     body = {"model": model, "prompt": "def f(x):", "max_tokens": 1, "temperature": 0}
     lat: dict[str, list[float]] = {"specserve": [], "direct": []}
-    async with httpx.AsyncClient(base_url=url, timeout=120) as client:
-        for i in range(n + 5):
+    limits = httpx.Limits(max_connections=2 * concurrency + 8)
+
+    async def one(client, path, extra) -> float:
+        t0 = time.perf_counter()
+        r = await client.post(path, json={**body, **extra})
+        r.raise_for_status()
+        return time.perf_counter() - t0
+
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+        rounds = -(-n // concurrency)
+        for i in range(rounds + 1):
             for name, path, extra in (("specserve", "/v1/completions", {"route": "vanilla"}),
                                       ("direct", "/direct/v1/completions", {})):
-                t0 = time.perf_counter()
-                r = await client.post(path, json={**body, **extra})
-                r.raise_for_status()
-                if i >= 5:  # the first five warm both paths up
-                    lat[name].append(time.perf_counter() - t0)
+                times = await asyncio.gather(*(one(client, path, extra)
+                                               for _ in range(concurrency)))
+                if i > 0:  # the first round warms both paths up
+                    lat[name] += times
     out = {f"{name}_p{q}_ms": round(1000 * percentile(v, q), 2)
            for name, v in lat.items() for q in (50, 99)}
     for q in (50, 99):
         out[f"overhead_p{q}_ms"] = round(out[f"specserve_p{q}_ms"] - out[f"direct_p{q}_ms"], 2)
-    out["requests"] = n
+    out["requests"], out["concurrency"] = len(lat["direct"]), concurrency
     return out
 
 
@@ -176,7 +215,8 @@ def _vllm_pids() -> set[int]:
     return {int(p) for p in out.split()}
 
 
-def run_app(app: App, args, rates, overhead: bool) -> tuple[dict, dict | None, float]:
+def run_app(app: App, args, rates, overhead: bool = False, machine: bool = False
+            ) -> tuple[dict, dict | None, float]:
     """Starts `app`, measures it, deletes it; returns (cells, overhead, start seconds)."""
     from ray import serve
 
@@ -191,14 +231,15 @@ def run_app(app: App, args, rates, overhead: bool) -> tuple[dict, dict | None, f
     url = f"http://127.0.0.1:{args.port}"
     model = app.config.model.served_model_name
     try:
-        cells = asyncio.run(measure_app(url, app, args, rates, model))
+        cells = asyncio.run(measure_app(url, app, args, rates, model, machine))
         extra = None
         if overhead:
             extra = {"speedup_curve": httpx.get(url + "/admin/speedup", timeout=30).json()}
             try:
                 serve.run(build_direct_app("specserve", "vanilla", model), name="direct",
                           route_prefix=PREFIX)
-                extra |= asyncio.run(measure_overhead(url, model, args.overhead_requests))
+                extra |= asyncio.run(measure_overhead(url, model, args.overhead_requests,
+                                                      args.overhead_concurrency))
                 print(f"router overhead: {extra}", flush=True)
             except Exception as e:  # keep the cells measured so far
                 print(f"router overhead not measured: {e}", file=sys.stderr, flush=True)
@@ -220,12 +261,13 @@ def _reap(before: set[int]) -> None:
         subprocess.run(["kill", "-9", str(pid)], check=False)
 
 
-def crossover(cells: dict, spec: str, levels: list[int]) -> int:
-    """Largest concurrency at which `spec` out-produced vanilla in tok/s (0: none)."""
+def crossover(cells: dict, spec: str, vanilla: str, levels: list[int]) -> int:
+    """Largest concurrency at which `spec` out-produced `vanilla` in tok/s (0: none)."""
     best = 0
     for c in levels:
         row = cells.get(f"mixed@c{c}", {})
-        if spec in row and row[spec]["output_tok_s"] > row["vanilla"]["output_tok_s"]:
+        if spec in row and vanilla in row and (row[spec]["output_tok_s"]
+                                               > row[vanilla]["output_tok_s"]):
             best = c
     return best
 
@@ -243,7 +285,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min-requests", type=int, default=8)
     p.add_argument("--code-requests", type=int, default=8)
     p.add_argument("--poisson-requests", type=int, default=40)
-    p.add_argument("--overhead-requests", type=int, default=200)
+    p.add_argument("--overhead-requests", type=int, default=256)
+    p.add_argument("--overhead-concurrency", type=int, default=64)
+    p.add_argument("--machine-concurrency", type=int, default=16, help="closed-loop slots of the "
+                   "machine cell (one pool busy vs both)")
+    p.add_argument("--budget", type=int, default=None, help="replicas (accelerators) of every "
+                   "system; default: this machine's cores")
     p.add_argument("--warmup", type=int, default=8, help="warm-up requests per system")
     p.add_argument("--ttft-slo-ms", type=float, default=1000.0)
     p.add_argument("--tpot-slo-ms", type=float, default=50.0)
@@ -255,7 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.quick:
         args.concurrency, args.requests_per_slot, args.min_requests = [1, 8], 1, 4
-        args.code_requests, args.poisson_requests, args.overhead_requests = 4, 8, 20
+        args.code_requests, args.poisson_requests, args.overhead_requests = 4, 8, 32
+        args.overhead_concurrency, args.machine_concurrency = 8, 8
         args.warmup, args.eager, args.methods = 2, True, args.methods[:1]
     out = args.out or Path("bench/results") / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     out.mkdir(parents=True, exist_ok=True)
@@ -268,43 +316,52 @@ def main(argv: list[str] | None = None) -> int:
     import ray
     from ray import serve
 
+    from deployments.cores import node_cores
+
+    budget = args.budget or node_cores()
     t_start = time.perf_counter()
     decision = measure_decision_latency(base)
     print(f"route decision in-process: {decision}", flush=True)
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=node_cores(), include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": args.port})
     results: dict = {"command": " ".join(["python -m bench.run", *(argv or sys.argv[1:])]),
                      "machine": _machine(), "args": {k: str(v) for k, v in vars(args).items()},
                      "slo": {"ttft_ms": args.ttft_slo_ms, "tpot_ms": args.tpot_slo_ms},
                      "apps": {}, "cells": {}, "decision_latency": decision}
-    try:
-        main_app = App("main", speculator_config(base, methods[0], False, args.eager),
-                       {"vanilla": "vanilla", f"speculative-{methods[0]}": "speculative",
-                        "routed": "auto"})
-        cells, overhead, start_s = run_app(main_app, args, None, overhead=True)
-        rates = results["poisson_rates_req_s"] = cells.pop("poisson_rates_req_s")
-        results["speedup_curve"] = overhead.pop("speedup_curve")
-        results["overhead"] = overhead if "requests" in overhead else None
-        results["apps"]["main"] = {"start_s": round(start_s, 1), "method": methods[0]}
+    results["budget"] = budget
+    first, k = methods[0], base.speculative.speculator.num_speculative_tokens
+    vanilla_n, spec_n = f"vanilla-x{budget}", f"speculative-{first}-x{budget}"
+
+    def measure(app: App, rates, **kw):
+        cells, extra, start_s = run_app(app, args, rates, **kw)
+        results["apps"][app.name] = {"start_s": round(start_s, 1), **app_info(app.config)}
         _merge(results["cells"], cells)
         _save(results, out)
-        for m in methods[1:]:
-            app = App(m, speculator_config(base, m, True, args.eager),
-                      {f"speculative-{m}": "speculative"})
-            cells, _, start_s = run_app(app, args, rates, overhead=False)
-            results["apps"][m] = {"start_s": round(start_s, 1)}
-            _merge(results["cells"], cells)
-            _save(results, out)
+        return cells, extra
+
+    try:
+        measure(App(vanilla_n, speculator_config(base, first, (budget, 0), args.eager),
+                    {vanilla_n: "auto"}), None)
+        rates = results["poisson_rates_req_s"] = results["cells"].pop("poisson_rates_req_s")
+        for m in methods:
+            name = f"speculative-{m}-x{budget}"
+            measure(App(name, speculator_config(base, m, (0, budget), args.eager),
+                        {name: "auto"}), rates)
+        split = (budget - budget // 2, budget // 2)
+        _, extra = measure(App(f"routed-{split[0]}+{split[1]}",
+                               speculator_config(base, first, split, args.eager),
+                               {"routed": "auto", "forced-vanilla": "vanilla",
+                                "forced-speculative": "speculative"}),
+                           rates, overhead=True, machine=True)
+        results["speedup_curve"] = extra.pop("speedup_curve")
+        results["overhead"] = extra if "requests" in extra else None
         if not args.no_switch:
-            k = base.speculative.speculator.num_speculative_tokens
-            cut = crossover(results["cells"], f"speculative-{methods[0]}", args.concurrency)
+            cut = crossover(results["cells"], spec_n, vanilla_n, args.concurrency)
             top = base.speculative.max_num_seqs
             schedule = [[1, cut, k], [cut + 1, top, 0]] if cut else [[1, top, 0]]
-            app = App("vllm-switch", speculator_config(base, methods[0], True, args.eager,
-                                                       schedule), {"vllm-switch": "speculative"})
-            cells, _, start_s = run_app(app, args, rates, overhead=False)
-            results["apps"]["vllm-switch"] = {"start_s": round(start_s, 1), "schedule": schedule}
-            _merge(results["cells"], cells)
+            name = f"vllm-switch-x{budget}"
+            measure(App(name, speculator_config(base, first, (0, budget), args.eager, schedule),
+                        {name: "auto"}), rates)
     finally:
         serve.shutdown()
         ray.shutdown()
@@ -312,6 +369,14 @@ def main(argv: list[str] | None = None) -> int:
     _save(results, out)
     print(f"results: {out}/report.md ({results['wall_s']:.0f} s)")
     return 0
+
+
+def app_info(cfg: SpecserveConfig) -> dict:
+    """Replicas per pool and the speculator of an application's config (for the report)."""
+    spec = cfg.speculative.speculator
+    return {"vanilla_replicas": cfg.vanilla.num_replicas,
+            "speculative_replicas": cfg.speculative.num_replicas, "method": spec.method,
+            "schedule": spec.num_speculative_tokens_per_batch_size}
 
 
 def _merge(into: dict, cells: dict) -> None:

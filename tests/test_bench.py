@@ -68,13 +68,16 @@ def test_report_states_each_target(tmp_path):
         return summarize([Sample("code", ok=True, ttft_s=0.1, latency_s=1.0, completion_tokens=10,
                                  route=route)], 10 / tok_s, Slo(1, 1)) | {
             "goodput_req_s": goodput}
-    systems = lambda v, s, r: {"vanilla": cell(v, 1.0), "speculative-ngram": cell(s, 1.2),
-                               "routed": cell(r, 1.5, "speculative")}
-    results = {"command": "python -m bench.run", "machine": {"cpus": 2}, "wall_s": 1,
-               "apps": {"main": {"start_s": 60}}, "slo": {"ttft_ms": 1000, "tpot_ms": 50},
-               "overhead": {"requests": 10, "overhead_p50_ms": 0.5, "overhead_p99_ms": 1.5,
-                            "specserve_p50_ms": 10, "specserve_p99_ms": 12,
-                            "direct_p50_ms": 9.5, "direct_p99_ms": 10.5},
+
+    def systems(v2, s2, r, fv, fs):
+        return {"vanilla-x2": cell(v2, 1.0), "speculative-ngram-x2": cell(s2, 1.2),
+                "routed": cell(r, 1.5, "speculative"), "forced-vanilla": cell(fv, 0.8),
+                "forced-speculative": cell(fs, 0.9, "speculative")}
+    results = {"command": "python -m bench.run", "machine": {"cpus": 2}, "wall_s": 1, "budget": 2,
+               "apps": {"vanilla-x2": {"start_s": 60}}, "slo": {"ttft_ms": 1000, "tpot_ms": 50},
+               "overhead": {"requests": 10, "concurrency": 64, "overhead_p50_ms": 0.5,
+                            "overhead_p99_ms": 1.5, "specserve_p50_ms": 10,
+                            "specserve_p99_ms": 12, "direct_p50_ms": 9.5, "direct_p99_ms": 10.5},
                "speedup_curve": {"min_speedup": 1.1, "tasks": {
                    "code": {"pays_up_to_batch": 8, "curve": [
                        {"batch": 1, "vanilla_step_ms": 10, "speculative_step_ms": 12,
@@ -82,15 +85,24 @@ def test_report_states_each_target(tmp_path):
                        {"batch": 64, "vanilla_step_ms": 100, "speculative_step_ms": 400,
                         "expected_tokens": 3.0, "speedup": 0.75}]},
                    "chat": {"pays_up_to_batch": 0, "curve": []}}},
-               "cells": {"code@c1": systems(100, 300, 250), "mixed@c1": systems(100, 200, 190),
-                         "mixed@c64": systems(1000, 600, 980), "poisson@1.00": systems(1, 1, 1)}}
+               "cells": {"code@c1": systems(100, 300, 250, 100, 300),
+                         "mixed@c1": systems(100, 200, 190, 100, 200),
+                         "mixed@c16": systems(800, 500, 1040, 450, 400),
+                         "mixed@c64": systems(1000, 600, 900, 500, 300),
+                         "poisson@1.00": systems(1, 1, 1, 1, 1),
+                         "machine@c16": {"one-pool": cell(450, 1), "both-pools": cell(810, 1)}}}
     write_report(json.loads(json.dumps(results)), tmp_path)
     text = (tmp_path / "report.md").read_text()
-    assert "routed / vanilla tok/s = **2.50x**" in text
-    assert "concurrency 64: routed / vanilla tok/s = **0.98x**" in text
-    assert "worst level: **0.95x** at mixed@c1" in text
-    assert "routed goodput / best other (speculative-ngram) = **1.25x**" in text
-    assert "p99 1.5 ms" in text
+    assert "both pools busy / one pool alone = **1.80x**" in text
+    assert "mixed c1: routed / better own pool = **0.95x** (forced-speculative" in text
+    assert "mixed c16: routed / better own pool = **2.31x**" in text
+    assert "routed / best at equal budget = **1.30x** (vanilla-x2, target ≥ 0.95)" in text
+    assert "mixed c64: routed / better own pool = **1.80x** (forced-vanilla, target ≥ 1.3" in text
+    assert "routed / best at equal budget = **0.90x** (vanilla-x2, target report)" in text
+    assert "**1.30x** at mixed@c16 (target ≥ 1.15 somewhere)" in text
+    assert "routed / vanilla-x2 tok/s = **2.50x**" in text
+    assert "routed goodput / best at equal budget = **1.25x** (speculative-ngram-x2" in text
+    assert "64 at a time): p50 0.5 ms, p99 1.5 ms" in text
     assert "| 64 | 100.0 | 400.0 | 0.75 |" in text
     assert "pays (S ≥ 1.1) up to batch: code 8, chat 0" in text
     for png in ("throughput.png", "tpot_p99.png", "speedup_by_task.png"):
