@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import MAX_IN_FLIGHT_PER_REPLICA
 from bench.lossless import METHODS, PROMPTS, SETTINGS, encode, fit, load_target, sample
 from models.speculators_report import speculative_config
 
@@ -108,7 +109,7 @@ def test_speculative_path_over_http_samples_the_target_distribution(client, serv
         return tuple(r.json()["choices"][0]["token_ids"])
 
     async def run():
-        gate = asyncio.Semaphore(64)
+        gate = asyncio.Semaphore(MAX_IN_FLIGHT_PER_REPLICA - 8)  # within the app's admission
         async with httpx.AsyncClient(base_url=server, timeout=300) as http:
             return await asyncio.gather(*(one(http, gate) for _ in range(HTTP_SAMPLES)))
 
