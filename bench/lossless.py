@@ -11,6 +11,7 @@ test of the samples' probability integral transforms says whether they follow it
 defect it fixes.
 
     python -m bench.lossless [--methods ngram draft_model ...] [--samples 4000] [--stock]
+        [--draft-sample-method probabilistic]
 
 Prints one row per (method, prompt, setting): chi-square (19 dof), p-value, mean PIT value (0.5
 when the samples follow the target; lower: sharper than the target) and share in the lowest of 20
@@ -117,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--samples", type=int, default=4000, help="per prompt and setting")
     ap.add_argument("--depth", type=int, default=4, help="continuation tokens")
     ap.add_argument("--stock", action="store_true", help="without specserve's vLLM plugin")
+    ap.add_argument("--draft-sample-method", choices=["greedy", "probabilistic"], default=None,
+                    help="vLLM speculative_config.draft_sample_method of the draft_model and "
+                    "EAGLE methods (vLLM default: greedy)")
     args = ap.parse_args(argv)
     target = args.models / "target"
     ids = encode(target)
@@ -129,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         if method != "vanilla" and spec is None:
             print(f"{method:12} skipped: not built in {args.models}")
             continue
+        if args.draft_sample_method and method in ("draft_model", "eagle", "eagle3"):
+            spec["draft_sample_method"] = args.draft_sample_method
         got = sample(target, spec, ids, args.samples, args.depth, stock=args.stock)
         for (i, j), r in fit(got, model, ids).items():
             t, p = SETTINGS[j]
