@@ -11,7 +11,8 @@ def write_report(results: dict, out: Path) -> None:
     """Writes `out/report.md` and the plots (`throughput.png`, `tpot_p99.png`,
     `speedup_by_task.png`)."""
     cells = results["cells"]
-    systems = list(dict.fromkeys(s for row in cells.values() for s in row))
+    systems = list(dict.fromkeys(s for key, row in cells.items() if not key.startswith("machine@")
+                                 for s in row))
     sweep = sorted((int(k.split("@c")[1]), k) for k in cells if k.startswith("mixed@c"))
     rates = [k for k in cells if k.startswith("poisson@")]
     lines = [f"# specserve benchmark", "",
@@ -46,6 +47,11 @@ def write_report(results: dict, out: Path) -> None:
                 f"{row[s]['goodput_req_s']} ({row[s]['slo_attainment']:.0%}, "
                 f"{row[s]['ttft_p99_ms']}, {row[s]['tpot_p99_ms']})" if s in row else "-"
                 for s in systems) + " |")
+    for key in (k for k in cells if k.startswith("machine@")):
+        lines += ["", f"## The machine with one pool busy vs both ({key}, mixed workload)", "",
+                  "| system | tok/s | TPOT p50 / p99 ms | route mix |", "|---|---|---|---|"]
+        lines += [f"| {s} | {r['output_tok_s']:.0f} | {r['tpot_p50_ms']} / {r['tpot_p99_ms']} | "
+                  f"{r['route_mix']} |" for s, r in cells[key].items()]
     lines += _speedup_curve(results.get("speedup_curve"))
     lines += ["", "## Routed: route mix per cell", ""]
     lines += [f"- {key}: {row['routed']['route_mix']}" for key, row in cells.items()

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import platform
 import subprocess
@@ -318,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from deployments.cores import node_cores
 
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request otherwise
     budget = args.budget or node_cores()
     t_start = time.perf_counter()
     decision = measure_decision_latency(base)
@@ -334,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def measure(app: App, rates, **kw):
         cells, extra, start_s = run_app(app, args, rates, **kw)
+        if "poisson_rates_req_s" in cells:  # measured on this app
+            results["poisson_rates_req_s"] = cells.pop("poisson_rates_req_s")
         results["apps"][app.name] = {"start_s": round(start_s, 1), **app_info(app.config)}
         _merge(results["cells"], cells)
         _save(results, out)
@@ -342,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         measure(App(vanilla_n, speculator_config(base, first, (budget, 0), args.eager),
                     {vanilla_n: "auto"}), None)
-        rates = results["poisson_rates_req_s"] = results["cells"].pop("poisson_rates_req_s")
+        rates = results["poisson_rates_req_s"]
         for m in methods:
             name = f"speculative-{m}-x{budget}"
             measure(App(name, speculator_config(base, m, (0, budget), args.eager),
