@@ -21,12 +21,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
 import httpx
+import psutil
 
 from bench.client import Sample, stream_request
 from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig
@@ -37,17 +39,57 @@ ALONE = {"vanilla": (1, 2, 4, 5, 8, 9), "speculative": (1, 2, 4, 5, 8, 9)}
 JOINT = ((1, 1), (4, 1), (8, 1), (1, 4), (4, 4))  # (vanilla streams, speculative streams)
 
 
+def process_class(proc: psutil.Process) -> str | None:
+    """Which part of the serving stack a process is: "engines" (vLLM's EngineCore/Worker),
+    "pool replicas" (the LLMServer processes: tokenising, detokenising, streaming), "router",
+    "proxy" (Serve's HTTP proxy), "ray" (GCS, raylet, Serve controller and other Ray daemons),
+    "client" (this benchmark); None for the rest of the machine."""
+    try:
+        name, cmd = proc.name(), " ".join(proc.cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+    if name.startswith("VLLM::") or "VLLM::" in cmd:
+        return "engines"
+    if "ServeReplica:" in cmd or "ServeReplica:" in name:
+        return "router" if ":router" in cmd + name else "pool replicas"
+    if "ProxyActor" in cmd + name:
+        return "proxy"
+    if proc.pid == os.getpid():
+        return "client"
+    if any(k in cmd + name for k in ("raylet", "gcs_server", "ray::", "ServeController",
+                                     "dashboard", "log_monitor", "runtime_env")):
+        return "ray"
+    return None
+
+
+def cpu_seconds() -> dict[str, float]:
+    """CPU seconds (user + system) used so far by each `process_class`, over live processes."""
+    out: dict[str, float] = {}
+    for proc in psutil.process_iter():
+        kind = process_class(proc)
+        if kind is None:
+            continue
+        try:
+            t = proc.cpu_times()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        out[kind] = out.get(kind, 0.0) + t.user + t.system
+    return out
+
+
 async def run_cell(client: httpx.AsyncClient, model: str, streams: dict[str, int],
                    duration_s: float) -> dict[str, dict]:
     """Closed loops of `streams[pool]` concurrent requests per pool for `duration_s` seconds.
 
     Returns {pool: {"tok_s": output tokens/s, "tpot_ms": median TPOT, "requests": n}} for each
-    pool with streams > 0. (Serve's stream relays several engine outputs per chunk, so chunk gaps
-    do not time engine steps.)
+    pool with streams > 0, and under "cpu" the cores each part of the stack kept busy on average
+    (`process_class`: CPU seconds / wall seconds; the machine has `os.cpu_count()`). (Serve's
+    stream relays several engine outputs per chunk, so chunk gaps do not time engine steps.)
     """
     samples: dict[str, list[Sample]] = {pool: [] for pool, n in streams.items() if n}
     body = {"model": model, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0,
             "ignore_eos": True}
+    cpu0 = cpu_seconds()
     t0 = time.perf_counter()
     stop = t0 + duration_s
 
@@ -60,10 +102,14 @@ async def run_cell(client: httpx.AsyncClient, model: str, streams: dict[str, int
 
     await asyncio.gather(*(loop(pool) for pool, n in streams.items() for _ in range(n)))
     wall = time.perf_counter() - t0
-    return {pool: {"tok_s": round(sum(s.completion_tokens for s in got) / wall, 1),
-                   "tpot_ms": round(1000 * statistics.median(s.tpot_s for s in got), 2),
-                   "requests": len(got)}
-            for pool, got in samples.items()}
+    cpu1 = cpu_seconds()
+    out: dict[str, dict] = {
+        pool: {"tok_s": round(sum(s.completion_tokens for s in got) / wall, 1),
+               "tpot_ms": round(1000 * statistics.median(s.tpot_s for s in got), 2),
+               "requests": len(got)} for pool, got in samples.items()}
+    out["cpu"] = {kind: round((cpu1[kind] - cpu0.get(kind, 0.0)) / wall, 2)
+                  for kind in sorted(cpu1)}
+    return out
 
 
 async def measure(url: str, model: str, duration_s: float) -> dict:
@@ -73,7 +119,8 @@ async def measure(url: str, model: str, duration_s: float) -> dict:
         await run_cell(client, model, {"vanilla": 2, "speculative": 2}, 4.0)  # warm-up
         for pool, batches in ALONE.items():
             for b in batches:
-                cell = (await run_cell(client, model, {pool: b}, duration_s))[pool]
+                got = await run_cell(client, model, {pool: b}, duration_s)
+                cell = {**got[pool], "cpu": got["cpu"]}
                 out["alone"][pool][b] = cell
                 print(f"{pool} alone at {b}: {cell}", flush=True)
         for b_v, b_s in JOINT:
@@ -113,6 +160,18 @@ def print_table(result: dict) -> None:
     for r in predictions(result):
         print(f"| {r['cell']} | {r['vanilla_tok_s']} | {r['speculative_tok_s']} | "
               f"{r['total_tok_s']} | {r['joint_batch_model_tok_s']} | {r['slowdown']} |")
+    cells = [(f"vanilla {b}", c) for b, c in result["alone"]["vanilla"].items()]
+    cells += [(f"speculative {b}", c) for b, c in result["alone"]["speculative"].items()]
+    cells += [(f"joint {c['vanilla_streams']}+{c['speculative_streams']}", c)
+              for c in result["joint"]]
+    kinds = sorted({k for _, c in cells for k in c.get("cpu", {})})
+    if kinds:
+        print("\nCores kept busy per part of the stack (CPU s / wall s):\n")
+        print("| cell | " + " | ".join(kinds) + " |")
+        print("|---|" + "---|" * len(kinds))
+        for name, c in cells:
+            print(f"| {name} | " + " | ".join(str(c.get("cpu", {}).get(k, "-")) for k in kinds)
+                  + " |")
 
 
 def main(argv: list[str] | None = None) -> int:
