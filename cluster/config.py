@@ -85,6 +85,13 @@ class SpeculatorConfig(_Strict):
     draft_tensor_parallel_size: int | None = Field(
         None, ge=1, description="Tensor-parallel size of a separate draft model; vLLM default "
         "(the target's) when unset.")
+    draft_sample_method: Literal["greedy", "probabilistic"] | None = Field(
+        None, description="draft_model / EAGLE methods: how the draft proposes at temperature > 0 "
+        "(vLLM speculative_config.draft_sample_method): `greedy` its argmax (vLLM's default), "
+        "`probabilistic` a sample from its own distribution, verified against it, which accepts "
+        "far more at temperature > 0 (lab draft at T 0.7: mean acceptance length 1.56 -> 2.72, "
+        "bench/results/2026-12-01-draft-sampling). Lossless either way (tests/test_lossless.py). "
+        "Unset: vLLM's default.")
     num_speculative_tokens_per_batch_size: list[tuple[int, int, int]] | None = Field(
         None, description="vLLM's own batch-size switch (speculative_config key of the same name): "
         "entries (first batch, last batch, k) choose k by the running batch, k = 0 turning "
@@ -100,6 +107,9 @@ class SpeculatorConfig(_Strict):
                 raise ValueError("prompt_lookup_min: must be <= prompt_lookup_max")
         elif not self.model:
             raise ValueError(f"model: required for method {self.method!r}")
+        if self.draft_sample_method is not None and self.method in ("ngram", "medusa"):
+            raise ValueError(f"draft_sample_method: only for draft_model, eagle and eagle3 (a "
+                             f"{self.method} speculator has no draft distribution to sample)")
         return self
 
     def to_vllm(self) -> dict:
@@ -114,6 +124,8 @@ class SpeculatorConfig(_Strict):
             out["draft_tensor_parallel_size"] = self.draft_tensor_parallel_size
         if self.max_model_len is not None:
             out["max_model_len"] = self.max_model_len
+        if self.draft_sample_method is not None:
+            out["draft_sample_method"] = self.draft_sample_method
         if self.num_speculative_tokens_per_batch_size is not None:
             out["num_speculative_tokens_per_batch_size"] = [
                 list(e) for e in self.num_speculative_tokens_per_batch_size]

@@ -68,3 +68,13 @@ def test_draft_with_same_vocab_passes(tmp_path):
     target, draft = _checkpoint(tmp_path / "t", 4096), _checkpoint(tmp_path / "d", 4096)
     cfg = SpecserveConfig.from_dict({"model": {"path": target}, **_spec(model=draft)})
     check_speculator_matches_target(cfg)  # no error
+
+
+def test_draft_sample_method_passes_through_for_draft_methods_only():
+    from cluster.config import SpeculatorConfig
+
+    spec = SpeculatorConfig(method="draft_model", model="/m", draft_sample_method="probabilistic")
+    assert spec.to_vllm()["draft_sample_method"] == "probabilistic"
+    assert "draft_sample_method" not in SpeculatorConfig(method="eagle3", model="/m").to_vllm()
+    with pytest.raises(ValueError, match="draft_sample_method: only for draft_model"):
+        SpeculatorConfig(method="ngram", draft_sample_method="probabilistic")
