@@ -40,7 +40,7 @@ from router.metrics import CONTENT_TYPE, RouterMetrics
 from router.policy import PoolLoad, RequestFeatures
 from router.pressure import PressureTracker
 from router.streaming import RelayedStream
-from router.validation import Limits, validate_request
+from router.validation import Limits, request_sequences, validate_request
 
 logger = logging.getLogger("specserve.router")
 
@@ -109,7 +109,7 @@ class SpecserveIngress(OpenAiIngress):
         self._health = PoolHealth()
         self._limits = Limits(self._cfg.model.max_model_len,
                               read_config_value(self._cfg.model.path, "vocab_size"),
-                              self._cfg.server.max_n)
+                              self._cfg.server.max_n, self._cfg.server.max_sequences_per_request)
         loop = asyncio.get_event_loop()
         self._background = [
             loop.create_task(self._pressure.run(on_snapshot=self._observe)),
@@ -150,34 +150,36 @@ class SpecserveIngress(OpenAiIngress):
         return others[0] if others else failed
 
     async def _forward(self, body, call_method: str, raw_request: Request | None,
-                       route: Route) -> Response:
-        """The pool's response; counts it in flight until it ends (streams: RelayedStream)."""
+                       route: Route, sequences: int) -> Response:
+        """The pool's response; counts its `sequences` in flight until it ends (streams:
+        RelayedStream)."""
         _ROUTE.set(route)
-        self._pressure.start(route)
+        self._pressure.start(route, sequences)
         try:
             response = await super()._process_llm_request(body, call_method, raw_request)
         except BaseException:
-            self._pressure.finish(route)
+            self._pressure.finish(route, sequences)
             raise
         if not isinstance(response, StreamingResponse):
-            self._pressure.finish(route)
+            self._pressure.finish(route, sequences)
         return response
 
     async def _forward_watched(self, body, call_method: str, raw_request: Request | None,
-                               route: Route) -> Response:
+                               route: Route, sequences: int) -> Response:
         """`_forward`, abandoned with `PoolLost` if `route`'s last replica leaves the StatsBoard
         before the response begins (a stream: its first chunk). Serve's handle would hold such a
         request until a new replica starts, minutes for a vLLM engine (router/health.py); nothing
         has reached the client yet, so the caller may retry it on the other pool."""
         async def release(response: Response) -> None:
             if isinstance(response, StreamingResponse):
-                self._pressure.finish(route)
+                self._pressure.finish(route, sequences)
                 aclose = getattr(response.body_iterator, "aclose", None)
                 if aclose is not None:
                     await aclose()
 
-        return await await_unless_gone(self._forward(body, call_method, raw_request, route),
-                                       route, self._health, PUSH_PERIOD_S, release)
+        return await await_unless_gone(
+            self._forward(body, call_method, raw_request, route, sequences), route, self._health,
+            PUSH_PERIOD_S, release)
 
     async def _process_llm_request(self, body, call_method: str,
                                    raw_request: Request | None = None) -> Response:
@@ -194,7 +196,8 @@ class SpecserveIngress(OpenAiIngress):
                                                       self._cfg.router.pools_share_compute)
         except ValueError as e:
             raise RequestError(400, str(e), "route") from None
-        admitted = admit(decision, loads, self._cfg.server.max_in_flight_per_replica)
+        sequences = request_sequences(body)
+        admitted = admit(decision, loads, self._cfg.server.max_in_flight_per_replica, sequences)
         if admitted is None:
             self._metrics.observe_decision(decision.route, "rejected_overload", features.task, None)
             return error_response(429, "Both pools are at their in-flight bound; retry later",
@@ -219,7 +222,8 @@ class SpecserveIngress(OpenAiIngress):
             body.stream_options, strip_usage = StreamOptions(include_usage=True), True
         for attempt in (1, 2):  # a replica failure before any output is retried once
             try:
-                response = await self._forward_watched(body, call_method, raw_request, route)
+                response = await self._forward_watched(body, call_method, raw_request, route,
+                                                       sequences)
                 break
             except OpenAIHTTPException as e:  # the engine refused it: say which path did
                 return error_response(e.status_code, e.message, headers=headers)
@@ -240,7 +244,7 @@ class SpecserveIngress(OpenAiIngress):
         response.headers.update(headers)
         if isinstance(response, StreamingResponse):  # in flight until RelayedStream ends
             return RelayedStream(self._relay(response.body_iterator, route, features, strip_usage),
-                                 functools.partial(self._pressure.finish, route),
+                                 functools.partial(self._pressure.finish, route, sequences),
                                  status_code=response.status_code, headers=dict(response.headers),
                                  media_type=response.media_type)
         if route == "speculative" and isinstance(response, JSONResponse):

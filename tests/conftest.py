@@ -37,6 +37,7 @@ def serve_config(lab) -> SpecserveConfig:
     data["server"]["port"] = TEST_PORT
     # An admission bound the overload test can reach (test_routing's burst holds 24 + 1).
     data["server"]["max_in_flight_per_replica"] = MAX_IN_FLIGHT_PER_REPLICA
+    data["server"]["max_sequences_per_request"] = MAX_IN_FLIGHT_PER_REPLICA
     # A speculator context shorter than the target's (1024), for ../shared/cases #9.
     data["speculative"]["speculator"]["max_model_len"] = SPECULATOR_CONTEXT
     # The pools as on separate accelerators: load on one pool does not slow the other, so a burst

@@ -29,6 +29,9 @@ def test_default_config_loads_and_renders_speculative_config():
     ({**_spec(), "vanilla": {"tensor_parallel_size": 4}}, "vanilla.tensor_parallel_size"),
     ({**_spec(), "server": {"port": 70000}}, "server.port"),
     ({**_spec(), "router": {"speculative_tasks": ["poetry"]}}, "router.speculative_tasks.0"),
+    ({**_spec(), "server": {"max_in_flight_per_replica": 32}},
+     "server.max_sequences_per_request: 64 is above max_in_flight_per_replica 32"),
+    ({**_spec(), "server": {"max_sequences_per_request": 0}}, "server.max_sequences_per_request"),
 ])
 def test_bad_config_names_the_field(data, field):
     with pytest.raises(ConfigError) as e:
