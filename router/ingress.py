@@ -39,7 +39,7 @@ from router.health import REPLICA_FAILURES, PoolHealth, PoolLost, await_unless_g
 from router.metrics import CONTENT_TYPE, RouterMetrics
 from router.policy import PoolLoad, RequestFeatures
 from router.pressure import PressureTracker
-from router.streaming import RelayedStream
+from router.streaming import RelayedStream, relay_usage, wants_usage
 from router.validation import Limits, request_sequences, validate_request
 
 logger = logging.getLogger("specserve.router")
@@ -214,12 +214,11 @@ class SpecserveIngress(OpenAiIngress):
             "speedup": None if decision.speedup is None else round(decision.speedup, 3),
             "in_flight": {p: load.in_flight for p, load in loads.items()}}))
         headers = route_headers(features, decision)
-        strip_usage = False
-        if route == "speculative" and body.stream and not (
-                body.stream_options and body.stream_options.include_usage):
+        keep_usage = wants_usage(body)  # the client's choice, whichever pool ends up serving
+        if body.stream and not keep_usage:
             # vLLM reports a stream's acceptance only on its final usage chunk: ask for it, learn
-            # from it, and drop it before the client sees it.
-            body.stream_options, strip_usage = StreamOptions(include_usage=True), True
+            # from it, and drop it before the client sees it (`relay_usage`).
+            body.stream_options = StreamOptions(include_usage=True)
         for attempt in (1, 2):  # a replica failure before any output is retried once
             try:
                 response = await self._forward_watched(body, call_method, raw_request, route,
@@ -243,7 +242,7 @@ class SpecserveIngress(OpenAiIngress):
                     route = retry
         response.headers.update(headers)
         if isinstance(response, StreamingResponse):  # in flight until RelayedStream ends
-            return RelayedStream(self._relay(response.body_iterator, route, features, strip_usage),
+            return RelayedStream(self._relay(response.body_iterator, route, features, keep_usage),
                                  functools.partial(self._pressure.finish, route, sequences),
                                  status_code=response.status_code, headers=dict(response.headers),
                                  media_type=response.media_type)
@@ -254,8 +253,9 @@ class SpecserveIngress(OpenAiIngress):
     def _learn(self, payload: dict, features: RequestFeatures) -> None:
         self._decider.learn(features, payload)
 
-    async def _relay(self, packets, route: Route, features: RequestFeatures, strip_usage: bool):
-        """Streams SSE packets through; learns from (and maybe drops) the usage event.
+    async def _relay(self, packets, route: Route, features: RequestFeatures, keep_usage: bool):
+        """Streams SSE packets through; learns from the usage event and drops it unless the
+        client asked for it (`relay_usage`).
 
         A pool failure after the stream began cannot be retried (the client has output): the
         stream ends with an OpenAI error event and `[DONE]`, never by hanging or a cut connection.
@@ -263,21 +263,13 @@ class SpecserveIngress(OpenAiIngress):
         aborts it in the engine).
         """
         guarded = self._guarded(packets, route)
+        relayed = relay_usage(guarded, keep_usage, functools.partial(self._learn,
+                                                                    features=features))
         try:
-            async for packet in guarded:
-                if '"speculative_decoding"' in packet:
-                    kept = []
-                    for event in packet.split("\n\n"):
-                        if event.startswith("data: ") and '"speculative_decoding"' in event:
-                            self._learn(json.loads(event[6:]), features)
-                            if strip_usage:
-                                continue
-                        kept.append(event)
-                    packet = "\n\n".join(kept)
-                    if not packet.strip():
-                        continue
+            async for packet in relayed:
                 yield packet
         finally:
+            await relayed.aclose()
             await guarded.aclose()
 
     async def _guarded(self, packets, route: Route):
