@@ -208,6 +208,13 @@ class ServerConfig(_Strict):
         "holding the accepted API keys, comma-separated; when set, every endpoint but /health "
         "needs `Authorization: Bearer <key>` (401 otherwise). The keys themselves never appear in "
         "the config, the manifests or the logs (on Kubernetes: kubernetes.api_keys_secret).")
+    admin_api_keys_env: str | None = Field(
+        None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Name of an environment variable "
+        "holding the admin keys, comma-separated; when set, /admin/* (the runtime pin, the "
+        "speedup model) accepts only these keys (401 without one, 403 for an api_keys_env key), "
+        "so an inference key cannot re-route the cluster. Admin keys are accepted on every other "
+        "endpoint too. Unset: /admin/* takes the api_keys_env keys (open when that is unset). On "
+        "Kubernetes from kubernetes.api_keys_secret, key kubernetes.admin_api_keys_secret_key.")
     max_in_flight_per_replica: int = Field(
         256, ge=1, description="Admission bound: sequences in flight (running or queued) per live "
         "replica of a pool, a request counting as many as it asks for (prompts x n). A full pool "
@@ -223,6 +230,9 @@ class ServerConfig(_Strict):
 
     @model_validator(mode="after")
     def _check_limits(self) -> ServerConfig:
+        if self.admin_api_keys_env is not None and self.admin_api_keys_env == self.api_keys_env:
+            raise ValueError("admin_api_keys_env: must differ from api_keys_env (the admin keys "
+                             "are a separate set)")
         if self.max_sequences_per_request > self.max_in_flight_per_replica:
             raise ValueError(f"max_sequences_per_request: {self.max_sequences_per_request} is "
                              f"above max_in_flight_per_replica {self.max_in_flight_per_replica}; "

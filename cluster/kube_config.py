@@ -120,7 +120,9 @@ class KubeConfig(_Strict):
         "server.api_keys_env is set.")
     api_keys_secret_key: str = Field("api-keys", min_length=1, description="Key of the keys in "
                                      "that Secret.")
-
+    admin_api_keys_secret_key: str = Field(
+        "admin-api-keys", min_length=1, description="Key of the admin keys in api_keys_secret; "
+        "every Ray container gets them as the variable named by server.admin_api_keys_env.")
     @model_validator(mode="after")
     def _check_image(self) -> KubeConfig:
         tag = self.image.rpartition(":")[2] if ":" in self.image.rpartition("/")[2] else ""
@@ -128,3 +130,4 @@ class KubeConfig(_Strict):
             raise ValueError(f"image: tag {tag or '(none)'!r} does not carry ray_version "
                              f"{self.ray_version!r}; rayVersion must match the image")
         return self
+

@@ -27,11 +27,12 @@ from ray.serve.llm.ingress import OpenAiIngress
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from vllm.entrypoints.generate.base.protocol import StreamOptions
 
-from cluster.config import Route, SpecserveConfig, TaskType, read_config_value
+from cluster.config import Route, ServerConfig, SpecserveConfig, TaskType, read_config_value
 from deployments.logs import use_serve_log_handlers
 from deployments.stats import PUSH_PERIOD_S, get_board
 from router.admission import admit
-from router.auth import OPEN_PATHS, ApiKeys
+from router.auth import ApiKeyGuard, ApiKeys
+from router.body_limit import BodyLimit
 from router.decider import RouteDecider, route_headers
 from router.features import max_prompt_tokens, prompt_tokens
 from router.errors import RequestError, error_response, install_error_handlers
@@ -49,35 +50,19 @@ logger = logging.getLogger("specserve.router")
 _ROUTE: contextvars.ContextVar[Route] = contextvars.ContextVar("specserve_route")
 
 
-def build_fastapi_app(max_body_bytes: int, api_keys_env: str | None = None) -> FastAPI:
-    """FastAPI app with OpenAI error JSON, optional API keys (401 without a valid
-    `Authorization: Bearer <key>`, see router/auth.py) and a request-size limit (413 above
-    `max_body_bytes`).
+def build_fastapi_app(server: ServerConfig) -> FastAPI:
+    """FastAPI app of the ingress with OpenAI error JSON, the API keys of `server` (401 without a
+    valid `Authorization: Bearer <key>`, admin keys for /admin/*, see router/auth.py) and the
+    request-size limit on the bytes received (413 above `server.max_body_bytes`, see
+    router/body_limit.py).
 
     CORS is off: a browser client needs an explicit proxy or a future config switch.
     """
     app = FastAPI(title="specserve")
     install_error_handlers(app)
-    keys: list[ApiKeys] = []  # read from the environment in the serving process, on first use
-
-    @app.middleware("http")
-    async def _guard(request: Request, call_next):
-        if api_keys_env and request.url.path not in OPEN_PATHS:
-            if not keys:
-                try:
-                    keys.append(ApiKeys.from_env(api_keys_env))
-                except ValueError:
-                    logger.exception("API keys unavailable: refusing every request")
-                    keys.append(ApiKeys([]))
-            if not keys[0].allows(request.headers.get("authorization")):
-                return error_response(401, "Missing or invalid API key: send "
-                                      "`Authorization: Bearer <key>`",
-                                      headers={"WWW-Authenticate": "Bearer"})
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > max_body_bytes):
-            return error_response(413, f"Request body larger than {max_body_bytes} bytes")
-        return await call_next(request)
-
+    app.add_middleware(BodyLimit, max_body_bytes=server.max_body_bytes)
+    app.add_middleware(ApiKeyGuard, api_keys_env=server.api_keys_env,  # outermost: keys first
+                       admin_api_keys_env=server.admin_api_keys_env)
     return app
 
 
@@ -94,8 +79,9 @@ class SpecserveIngress(OpenAiIngress):
         super().__init__(llm_deployments={model_card.id: next(iter(pools.values()))},
                          model_cards={model_card.id: model_card})
         self._cfg = SpecserveConfig.model_validate(config)
-        if self._cfg.server.api_keys_env:
-            ApiKeys.from_env(self._cfg.server.api_keys_env)  # refuse to start without the keys
+        for field in ("api_keys_env", "admin_api_keys_env"):  # refuse to start without the keys
+            if getattr(self._cfg.server, field):
+                ApiKeys.from_env(getattr(self._cfg.server, field), f"server.{field}")
         self._handles = {pool: h.options(stream=True) for pool, h in pools.items()}
         replicas = {pool: self._cfg.initial_replicas(pool) for pool in pools}
         use_serve_log_handlers()

@@ -32,6 +32,9 @@ def test_default_config_loads_and_renders_speculative_config():
     ({**_spec(), "server": {"max_in_flight_per_replica": 32}},
      "server.max_sequences_per_request: 64 is above max_in_flight_per_replica 32"),
     ({**_spec(), "server": {"max_sequences_per_request": 0}}, "server.max_sequences_per_request"),
+    ({**_spec(), "server": {"api_keys_env": "K", "admin_api_keys_env": "K"}},
+     "server.admin_api_keys_env: must differ from api_keys_env"),
+    ({**_spec(), "server": {"admin_api_keys_env": "no-dashes"}}, "server.admin_api_keys_env"),
 ])
 def test_bad_config_names_the_field(data, field):
     with pytest.raises(ConfigError) as e:
