@@ -120,9 +120,21 @@ def cluster_spec(cfg: SpecserveConfig, *, batch: bool = False, stamp: str | None
                                    serve_port=cfg.server.port, stamp=stamp,
                                    keys=key_envs(cfg)))
     scaler = kube.autoscaler
-    return {
+    spec = {
         "rayVersion": Doc("Ray version in the image; KubeRay picks its Ray API calls by it.",
                           kube.ray_version),
+    }
+    if kube.ray_token_auth:
+        auth = {"mode": Doc("Token authentication on the GCS, the dashboard and every Ray RPC.",
+                            "token")}
+        if kube.ray_auth_secret:
+            auth["secretName"] = Doc("Secret with the token under `auth_token`.",
+                                     kube.ray_auth_secret)
+        spec["authOptions"] = Doc(
+            "Only holders of the cluster's token reach Ray: KubeRay sets RAY_AUTH_MODE and "
+            "RAY_AUTH_TOKEN on every Ray container" + ("" if kube.ray_auth_secret else
+                                                       " from a Secret it generates") + ".", auth)
+    return spec | {
         "enableInTreeAutoscaling": Doc(
             "KubeRay's in-tree Ray autoscaler: adds worker pods for pending replicas (each a "
             "placement group of tensor_parallel_size GPUs), removes idle ones.", scaler.enabled),
