@@ -219,8 +219,14 @@ def test_admission_counts_sequences_not_requests(client):
     with client.stream("POST", "/v1/completions", json=long,
                        headers={"authorization": KEY}) as stream:
         assert stream.status_code == 200, stream.read()
-        next(stream.iter_lines())  # the stream runs: its 8 sequences are in flight
-        assert client.get("/health").json()["pools"]["vanilla"]["in_flight"] == MAX_SEQUENCES
+        lines = stream.iter_lines()
+        first = next(line for line in lines if line)  # the stream runs: 8 sequences in flight
+        assert json.loads(first[6:])["choices"], first
+        seen = [client.get("/health").json()["pools"]["vanilla"]["in_flight"]]
+        while seen[-1] != MAX_SEQUENCES and len(seen) < 10:  # the board's view: 0.5 s pushes
+            time.sleep(0.3)
+            seen.append(client.get("/health").json()["pools"]["vanilla"]["in_flight"])
+        assert seen[-1] == MAX_SEQUENCES, (first, seen)
         r = _call(client, "POST", "/v1/completions",
                   {"model": MODEL, "prompt": "x", "max_tokens": 1}, KEY)
         _error(r, 429, "RateLimitError")
