@@ -216,13 +216,36 @@ class ServerConfig(_Strict):
         "holding the accepted API keys, comma-separated; when set, every endpoint but /health "
         "needs `Authorization: Bearer <key>` (401 otherwise). The keys themselves never appear in "
         "the config, the manifests or the logs (on Kubernetes: kubernetes.api_keys_secret).")
+    admin_api_keys_env: str | None = Field(
+        None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Name of an environment variable "
+        "holding the admin keys, comma-separated; when set, /admin/* (the runtime pin, the "
+        "speedup model) accepts only these keys (401 without one, 403 for an api_keys_env key), "
+        "so an inference key cannot re-route the cluster. Admin keys are accepted on every other "
+        "endpoint too. Unset: /admin/* takes the api_keys_env keys (open when that is unset). On "
+        "Kubernetes from kubernetes.api_keys_secret, key kubernetes.admin_api_keys_secret_key.")
     max_in_flight_per_replica: int = Field(
-        256, ge=1, description="Admission bound: requests in flight (running or queued) per live "
-        "replica of a pool. A full pool sends the router's own choices to the other pool; when "
-        "both are full (or a forced pool is), the request gets 429 with Retry-After.")
+        256, ge=1, description="Admission bound: sequences in flight (running or queued) per live "
+        "replica of a pool, a request counting as many as it asks for (prompts x n). A full pool "
+        "sends the router's own choices to the other pool; when both are full (or a forced pool "
+        "is), the request gets 429 with Retry-After.")
+    max_sequences_per_request: int = Field(
+        64, ge=1, description="Most sequences one request may ask for: the prompts of a list "
+        "prompt times `n` (a chat: `n`). Above it: 400 naming `prompt`. At most "
+        "max_in_flight_per_replica (a larger request could never be admitted).")
     retry_after_s: int = Field(1, ge=1, description="Retry-After of a 429 (both pools full) or "
                                "503 (no pool alive) response, in seconds.")
     max_n: int = Field(8, ge=1, description="Most choices (`n`) one request may ask for.")
+
+    @model_validator(mode="after")
+    def _check_limits(self) -> ServerConfig:
+        if self.admin_api_keys_env is not None and self.admin_api_keys_env == self.api_keys_env:
+            raise ValueError("admin_api_keys_env: must differ from api_keys_env (the admin keys "
+                             "are a separate set)")
+        if self.max_sequences_per_request > self.max_in_flight_per_replica:
+            raise ValueError(f"max_sequences_per_request: {self.max_sequences_per_request} is "
+                             f"above max_in_flight_per_replica {self.max_in_flight_per_replica}; "
+                             "such a request could never be admitted")
+        return self
 
 
 class SpecserveConfig(_Strict):

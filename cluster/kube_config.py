@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 RAY_VERSION = "2.60.0"  # pinned in pyproject.toml; rayVersion and the image tag must match it
+MIN_RAY_TOKEN_AUTH = (2, 52)  # first Ray with token authentication (RAY_AUTH_MODE=token)
 
 
 class _Strict(BaseModel):
@@ -120,11 +121,43 @@ class KubeConfig(_Strict):
         "server.api_keys_env is set.")
     api_keys_secret_key: str = Field("api-keys", min_length=1, description="Key of the keys in "
                                      "that Secret.")
+    admin_api_keys_secret_key: str = Field(
+        "admin-api-keys", min_length=1, description="Key of the admin keys in api_keys_secret; "
+        "every Ray container gets them as the variable named by server.admin_api_keys_env.")
+    ray_token_auth: bool = Field(
+        True, description="Ray's token authentication (RayCluster `authOptions.mode: token`, Ray "
+        ">= 2.52, KubeRay >= 1.5.1): the GCS, the dashboard (job submission, Serve config, actor "
+        "state) and every Ray RPC need the cluster's token, so a pod that reaches the head's ports "
+        "cannot drive the cluster or its actors (the StatsBoard's pin, its engine stats). KubeRay "
+        "sets RAY_AUTH_MODE and RAY_AUTH_TOKEN on every Ray container, the autoscaler and the "
+        "RayJob submitter, and sends the token on its own dashboard calls. The OpenAI endpoint is "
+        "not Ray's: server.api_keys_env guards it.")
+    ray_auth_secret: str | None = Field(
+        None, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", description="Secret holding the Ray "
+        "token under the key `auth_token` (KubeRay's fixed name): one token across the clusters "
+        "a RayService upgrade creates, e.g. for `ray job submit` from outside (`kubectl create "
+        "secret generic NAME --from-literal=auth_token=$(openssl rand -base64 32)`). Unset: "
+        "KubeRay generates one Secret per RayCluster, named after it.")
 
     @model_validator(mode="after")
     def _check_image(self) -> KubeConfig:
+        if self.ray_auth_secret and not self.ray_token_auth:
+            raise ValueError("ray_auth_secret: set, but ray_token_auth is false")
+        if self.ray_token_auth and _version(self.ray_version) < MIN_RAY_TOKEN_AUTH:
+            raise ValueError(f"ray_token_auth: needs ray_version >= 2.52.0, got "
+                             f"{self.ray_version!r}; set ray_token_auth: false for an older Ray")
         tag = self.image.rpartition(":")[2] if ":" in self.image.rpartition("/")[2] else ""
         if self.ray_version not in tag:
             raise ValueError(f"image: tag {tag or '(none)'!r} does not carry ray_version "
                              f"{self.ray_version!r}; rayVersion must match the image")
         return self
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """(major, minor) of a Ray version string; (0,) when it does not start with numbers."""
+    parts = []
+    for part in text.split(".")[:2]:
+        if not part.isdigit():
+            break
+        parts.append(int(part))
+    return tuple(parts) or (0,)

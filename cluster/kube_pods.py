@@ -27,25 +27,38 @@ def _port(name: str, port: int) -> dict:
     return {"name": name, "containerPort": port}
 
 
-def _env(kube: KubeConfig, api_keys_env: str | None) -> Doc:
+def key_envs(cfg) -> dict[str, str]:
+    """The API-key variables of `cfg.server` and the key of each in `kubernetes.api_keys_secret`:
+    {variable: key}, inference keys then admin keys."""
+    server, kube = cfg.server, cfg.kubernetes
+    out = {}
+    if server.api_keys_env:
+        out[server.api_keys_env] = kube.api_keys_secret_key
+    if server.admin_api_keys_env:
+        out[server.admin_api_keys_env] = kube.admin_api_keys_secret_key
+    return out
+
+
+def _env(kube: KubeConfig, keys: dict[str, str]) -> Doc:
     env = [{"name": MODELS_DIR_ENV, "value": kube.models_mount_path}]
     env += [{"name": k, "value": v} for k, v in RAY_NODE_ENV.items()]
     doc = ("`${models}` in model paths expands to this folder. A dead Ray worker's process group "
            "is killed with it (no orphaned vLLM engine holding memory).")
-    if api_keys_env:
-        env.append({"name": api_keys_env, "valueFrom": Doc(
-            "The API keys (comma-separated), never inline: only the ingress reads them.",
+    for name, key in keys.items():
+        env.append({"name": name, "valueFrom": Doc(
+            f"The {'admin' if key == kube.admin_api_keys_secret_key else 'API'} keys "
+            "(comma-separated), never inline: only the ingress reads them.",
             {"secretKeyRef": Doc("Secret and key holding them.", {
-                "name": kube.api_keys_secret, "key": kube.api_keys_secret_key})})})
+                "name": kube.api_keys_secret, "key": key})})})
     return Doc(doc, env)
 
 
 def _container(kube: KubeConfig, name: str, resources: dict, ports: list, mounts: list,
-               api_keys_env: str | None = None) -> dict:
+               keys: dict[str, str]) -> dict:
     return {
         "name": Doc("KubeRay finds the Ray container by position (first).", name),
         "image": Doc("Ray + specserve + vLLM; its tag carries rayVersion.", kube.image),
-        "env": _env(kube, api_keys_env),
+        "env": _env(kube, keys),
         "ports": Doc("Named ports; KubeRay's Services refer to them by name.", ports),
         "resources": Doc("Requests and limits, always both.", resources),
         "volumeMounts": Doc("Models (read-only) and anything the pod needs locally.", mounts),
@@ -85,7 +98,7 @@ def head_spec(cfg, *, batch: bool = False, stamp: str | None = None) -> dict:
     ports = [_port("gcs-server", 6379), _port("dashboard", 8265), _port("client", 10001),
              _port("serve", cfg.server.port), _port("metrics", 8080)]
     container = _container(kube, "ray-head", _resources(kube.head.cpus, kube.head.memory_gib),
-                           ports, mounts, cfg.server.api_keys_env)
+                           ports, mounts, key_envs(cfg))
     return {
         "rayStartParams": Doc("`ray start` flags of the head.", {
             "num-cpus": Doc("No Serve replica or task is scheduled on the head.", "0"),
@@ -97,13 +110,13 @@ def head_spec(cfg, *, batch: bool = False, stamp: str | None = None) -> dict:
 
 def worker_group(kube: KubeConfig, name: str, group: WorkerGroupConfig, gpu: bool, *,
                  replicas: int, serve_port: int, stamp: str | None = None,
-                 api_keys_env: str | None = None) -> dict:
+                 keys: dict[str, str]) -> dict:
     """One `workerGroupSpecs` entry: pods sized for `group.gpus / tensor_parallel_size` replicas."""
     mount, volume = _models_volume(kube)
     shm = {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{group.shm_gib:g}Gi"}}
     container = _container(kube, "ray-worker", _resources(group.cpus, group.memory_gib, group.gpus),
                            [_port("serve", serve_port), _port("metrics", 8080)],
-                           [mount, {"name": "dshm", "mountPath": "/dev/shm"}], api_keys_env)
+                           [mount, {"name": "dshm", "mountPath": "/dev/shm"}], keys)
     extra = {}
     if gpu:
         extra["tolerations"] = Doc("GPU nodes are commonly tainted nvidia.com/gpu:NoSchedule.",

@@ -22,7 +22,7 @@ from cluster.autoscaling_config import serve_autoscaling_policy
 from cluster.commented_yaml import Default, Doc, dump, plain
 from cluster.config import ConfigError, PoolConfig, SpecserveConfig
 from cluster.kube_config import WorkerGroupConfig
-from cluster.kube_pods import head_spec, worker_group
+from cluster.kube_pods import head_spec, key_envs, worker_group
 
 SERVE_APP_NAME = "specserve"
 POOLS = ("vanilla", "speculative")
@@ -56,9 +56,10 @@ def check_fit(cfg: SpecserveConfig) -> None:
         if path and path.startswith(("/", "~")) and not path.startswith(mount):
             errors.append(f"{field}: {path!r} is not on the models volume; use ${{models}}/... "
                           f"(mounted at {cfg.kubernetes.models_mount_path})")
-    if cfg.server.api_keys_env and not cfg.kubernetes.api_keys_secret:
-        errors.append("kubernetes.api_keys_secret: required when server.api_keys_env is set (the "
-                      "keys reach the pods from a Secret, never from the manifest)")
+    for field in ("api_keys_env", "admin_api_keys_env"):
+        if getattr(cfg.server, field) and not cfg.kubernetes.api_keys_secret:
+            errors.append(f"kubernetes.api_keys_secret: required when server.{field} is set (the "
+                          "keys reach the pods from a Secret, never from the manifest)")
     if errors:
         raise ConfigError("\n".join(errors))
 
@@ -117,11 +118,23 @@ def cluster_spec(cfg: SpecserveConfig, *, batch: bool = False, stamp: str | None
         groups.append(worker_group(kube, name, group, pool.accelerator == "gpu",
                                    replicas=max(pods, group.min_replicas),
                                    serve_port=cfg.server.port, stamp=stamp,
-                                   api_keys_env=cfg.server.api_keys_env))
+                                   keys=key_envs(cfg)))
     scaler = kube.autoscaler
-    return {
+    spec = {
         "rayVersion": Doc("Ray version in the image; KubeRay picks its Ray API calls by it.",
                           kube.ray_version),
+    }
+    if kube.ray_token_auth:
+        auth = {"mode": Doc("Token authentication on the GCS, the dashboard and every Ray RPC.",
+                            "token")}
+        if kube.ray_auth_secret:
+            auth["secretName"] = Doc("Secret with the token under `auth_token`.",
+                                     kube.ray_auth_secret)
+        spec["authOptions"] = Doc(
+            "Only holders of the cluster's token reach Ray: KubeRay sets RAY_AUTH_MODE and "
+            "RAY_AUTH_TOKEN on every Ray container" + ("" if kube.ray_auth_secret else
+                                                       " from a Secret it generates") + ".", auth)
+    return spec | {
         "enableInTreeAutoscaling": Doc(
             "KubeRay's in-tree Ray autoscaler: adds worker pods for pending replicas (each a "
             "placement group of tensor_parallel_size GPUs), removes idle ones.", scaler.enabled),

@@ -70,7 +70,7 @@ def build_app_from_config(cfg: SpecserveConfig, autoscale: bool = False) -> Appl
                      permission=[], metadata={"max_model_len": cfg.model.max_model_len,
                                               "pools": sorted(pools)})
     ingress_cls = make_fastapi_ingress(SpecserveIngress, endpoint_map=ENDPOINTS,
-                                       app=build_fastapi_app(cfg.server.max_body_bytes))
+                                       app=build_fastapi_app(cfg.server))
     ingress = serve.deployment(ingress_cls, name="router", num_replicas=1,
                                ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1024)
     return ingress.bind(pools=pools, model_card=card, config=cfg.model_dump(mode="json"))

@@ -24,6 +24,10 @@ from pathlib import Path
 import psutil
 
 CORES_DIR_ENV = "SPECSERVE_CORES_DIR"
+# Set (to 1) on a node whose Ray declares more CPUs than it has cores on purpose (the test suite
+# runs several small applications on 2 cores): a replica that finds no free core runs unbound
+# instead of failing to start.
+SHARE_CORES_ENV = "SPECSERVE_SHARE_CORES"
 
 
 def node_cores() -> int:

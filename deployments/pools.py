@@ -23,7 +23,7 @@ from vllm.v1.metrics.reader import get_metrics_snapshot
 
 from cluster.config import ModelConfig, PoolConfig, SpeculativePoolConfig, resolve_path
 from deployments.autoscaler import MEMORY_BOUND_METRIC, WAITING_METRIC
-from deployments.cores import CoreLease
+from deployments.cores import SHARE_CORES_ENV, CoreLease, NoFreeCores
 from deployments.logs import use_serve_log_handlers
 from deployments.profile import PROFILE_PROMPT, profile_batches, profile_step_times
 from deployments.sampling_check import SamplingCheck, check_sampling
@@ -68,8 +68,14 @@ class PoolServer(LLMServer):
         self._replica_id = ctx.replica_id.unique_id
         self._cores = None
         if cpu_cores:
-            self._cores = CoreLease.acquire(cpu_cores, owner=f"{pool} replica {self._replica_id}")
-            os.environ.update(self._cores.vllm_env())  # the engine processes inherit it
+            try:
+                self._cores = CoreLease.acquire(cpu_cores,
+                                                owner=f"{pool} replica {self._replica_id}")
+                os.environ.update(self._cores.vllm_env())  # the engine processes inherit it
+            except NoFreeCores as e:
+                if os.environ.get(SHARE_CORES_ENV) != "1":
+                    raise
+                logger.warning("%s; %s=1: running unbound on shared cores", e, SHARE_CORES_ENV)
         await super().__init__(llm_config, **kwargs)
         if self._cores is not None:
             pinned = self._cores.pin_children()

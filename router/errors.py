@@ -44,12 +44,10 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errs = exc.errors()
         first = errs[0] if errs else {}
-        loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-        param = ".".join(loc) or None
         if first.get("type") == "json_invalid":
             return error_response(400, f"Request body is not valid JSON: {first.get('msg')}")
-        msg = first.get("msg", "invalid request").removeprefix("Value error, ")
-        return error_response(400, f"{param}: {msg}" if param else msg, param)
+        param, message = describe_validation_error(errs)
+        return error_response(400, message, param)
 
     @app.exception_handler(VLLMClientError)
     async def _vllm_invalid(request: Request, exc: VLLMClientError) -> JSONResponse:
@@ -72,3 +70,38 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _internal(request: Request, exc: Exception) -> JSONResponse:
         logger.exception("unhandled error on %s", request.url.path)
         return error_response(500, "Internal server error")
+
+
+def describe_validation_error(errors: list[dict]) -> tuple[str | None, str]:
+    """`(param, message)` of a request model's validation errors (pydantic `errors()` dicts).
+
+    A union field (`prompt`: token ids, token-id lists, a string or strings; `stop`: a string or
+    up to 4 strings) fails once per member: `stop: [10 strings]` is "not a valid string" for the
+    `str` member and "at most 4 items" for the list member. The member whose type matched and whose
+    constraint failed is the one meant, so a constraint error is preferred over type mismatches of
+    the same field; the member's tag (`list[str]`) is dropped and `param` is the top-level field.
+    """
+    if not errors:
+        return None, "invalid request"
+    locs = [[p for p in e.get("loc", ()) if p != "body"] for e in errors]
+    chosen, loc = errors[0], locs[0]
+    if loc:
+        same = [(e, lc) for e, lc in zip(errors, locs) if lc and lc[0] == loc[0]]
+        union = len({str(lc[1]) for _, lc in same if len(lc) > 1}) > 1
+        if union:
+            chosen, loc = next(((e, lc) for e, lc in same if not _type_mismatch(e)), (chosen, loc))
+            loc = loc[:1] + loc[2:]  # drop the union member's tag
+            where = "".join(f"[{p}]" for p in loc[1:])
+            msg = chosen.get("msg", "invalid").removeprefix("Value error, ")
+            given = chosen.get("input")
+            if isinstance(given, (int, float)) and not _type_mismatch(chosen):
+                msg += f", got {given!r}"
+            return str(loc[0]), f"{loc[0]}{where}: {msg}"
+    param = ".".join(str(p) for p in loc) or None
+    msg = chosen.get("msg", "invalid request").removeprefix("Value error, ")
+    return param, f"{param}: {msg}" if param else msg
+
+
+def _type_mismatch(error: dict) -> bool:
+    kind = error.get("type", "")
+    return kind.endswith("_type") or kind.endswith("_parsing")

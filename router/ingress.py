@@ -27,11 +27,12 @@ from ray.serve.llm.ingress import OpenAiIngress
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from vllm.entrypoints.generate.base.protocol import StreamOptions
 
-from cluster.config import Route, SpecserveConfig, TaskType, read_config_value
+from cluster.config import Route, ServerConfig, SpecserveConfig, TaskType, read_config_value
 from deployments.logs import use_serve_log_handlers
 from deployments.stats import PUSH_PERIOD_S, get_board
 from router.admission import admit
-from router.auth import OPEN_PATHS, ApiKeys
+from router.auth import ApiKeyGuard, ApiKeys
+from router.body_limit import BodyLimit
 from router.decider import RouteDecider, route_headers
 from router.features import max_prompt_tokens, prompt_tokens
 from router.errors import RequestError, error_response, install_error_handlers
@@ -39,8 +40,8 @@ from router.health import REPLICA_FAILURES, PoolHealth, PoolLost, await_unless_g
 from router.metrics import CONTENT_TYPE, RouterMetrics
 from router.policy import PoolLoad, RequestFeatures
 from router.pressure import PressureTracker
-from router.streaming import RelayedStream
-from router.validation import Limits, validate_request
+from router.streaming import RelayedStream, relay_usage, wants_usage
+from router.validation import Limits, request_sequences, validate_request
 
 logger = logging.getLogger("specserve.router")
 
@@ -49,35 +50,19 @@ logger = logging.getLogger("specserve.router")
 _ROUTE: contextvars.ContextVar[Route] = contextvars.ContextVar("specserve_route")
 
 
-def build_fastapi_app(max_body_bytes: int, api_keys_env: str | None = None) -> FastAPI:
-    """FastAPI app with OpenAI error JSON, optional API keys (401 without a valid
-    `Authorization: Bearer <key>`, see router/auth.py) and a request-size limit (413 above
-    `max_body_bytes`).
+def build_fastapi_app(server: ServerConfig) -> FastAPI:
+    """FastAPI app of the ingress with OpenAI error JSON, the API keys of `server` (401 without a
+    valid `Authorization: Bearer <key>`, admin keys for /admin/*, see router/auth.py) and the
+    request-size limit on the bytes received (413 above `server.max_body_bytes`, see
+    router/body_limit.py).
 
     CORS is off: a browser client needs an explicit proxy or a future config switch.
     """
     app = FastAPI(title="specserve")
     install_error_handlers(app)
-    keys: list[ApiKeys] = []  # read from the environment in the serving process, on first use
-
-    @app.middleware("http")
-    async def _guard(request: Request, call_next):
-        if api_keys_env and request.url.path not in OPEN_PATHS:
-            if not keys:
-                try:
-                    keys.append(ApiKeys.from_env(api_keys_env))
-                except ValueError:
-                    logger.exception("API keys unavailable: refusing every request")
-                    keys.append(ApiKeys([]))
-            if not keys[0].allows(request.headers.get("authorization")):
-                return error_response(401, "Missing or invalid API key: send "
-                                      "`Authorization: Bearer <key>`",
-                                      headers={"WWW-Authenticate": "Bearer"})
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > max_body_bytes):
-            return error_response(413, f"Request body larger than {max_body_bytes} bytes")
-        return await call_next(request)
-
+    app.add_middleware(BodyLimit, max_body_bytes=server.max_body_bytes)
+    app.add_middleware(ApiKeyGuard, api_keys_env=server.api_keys_env,  # outermost: keys first
+                       admin_api_keys_env=server.admin_api_keys_env)
     return app
 
 
@@ -94,8 +79,9 @@ class SpecserveIngress(OpenAiIngress):
         super().__init__(llm_deployments={model_card.id: next(iter(pools.values()))},
                          model_cards={model_card.id: model_card})
         self._cfg = SpecserveConfig.model_validate(config)
-        if self._cfg.server.api_keys_env:
-            ApiKeys.from_env(self._cfg.server.api_keys_env)  # refuse to start without the keys
+        for field in ("api_keys_env", "admin_api_keys_env"):  # refuse to start without the keys
+            if getattr(self._cfg.server, field):
+                ApiKeys.from_env(getattr(self._cfg.server, field), f"server.{field}")
         self._handles = {pool: h.options(stream=True) for pool, h in pools.items()}
         replicas = {pool: self._cfg.initial_replicas(pool) for pool in pools}
         use_serve_log_handlers()
@@ -109,7 +95,7 @@ class SpecserveIngress(OpenAiIngress):
         self._health = PoolHealth()
         self._limits = Limits(self._cfg.model.max_model_len,
                               read_config_value(self._cfg.model.path, "vocab_size"),
-                              self._cfg.server.max_n)
+                              self._cfg.server.max_n, self._cfg.server.max_sequences_per_request)
         loop = asyncio.get_event_loop()
         self._background = [
             loop.create_task(self._pressure.run(on_snapshot=self._observe)),
@@ -147,34 +133,36 @@ class SpecserveIngress(OpenAiIngress):
         return others[0] if others else failed
 
     async def _forward(self, body, call_method: str, raw_request: Request | None,
-                       route: Route) -> Response:
-        """The pool's response; counts it in flight until it ends (streams: RelayedStream)."""
+                       route: Route, sequences: int) -> Response:
+        """The pool's response; counts its `sequences` in flight until it ends (streams:
+        RelayedStream)."""
         _ROUTE.set(route)
-        self._pressure.start(route)
+        self._pressure.start(route, sequences)
         try:
             response = await super()._process_llm_request(body, call_method, raw_request)
         except BaseException:
-            self._pressure.finish(route)
+            self._pressure.finish(route, sequences)
             raise
         if not isinstance(response, StreamingResponse):
-            self._pressure.finish(route)
+            self._pressure.finish(route, sequences)
         return response
 
     async def _forward_watched(self, body, call_method: str, raw_request: Request | None,
-                               route: Route) -> Response:
+                               route: Route, sequences: int) -> Response:
         """`_forward`, abandoned with `PoolLost` if `route`'s last replica leaves the StatsBoard
         before the response begins (a stream: its first chunk). Serve's handle would hold such a
         request until a new replica starts, minutes for a vLLM engine (router/health.py); nothing
         has reached the client yet, so the caller may retry it on the other pool."""
         async def release(response: Response) -> None:
             if isinstance(response, StreamingResponse):
-                self._pressure.finish(route)
+                self._pressure.finish(route, sequences)
                 aclose = getattr(response.body_iterator, "aclose", None)
                 if aclose is not None:
                     await aclose()
 
-        return await await_unless_gone(self._forward(body, call_method, raw_request, route),
-                                       route, self._health, PUSH_PERIOD_S, release)
+        return await await_unless_gone(
+            self._forward(body, call_method, raw_request, route, sequences), route, self._health,
+            PUSH_PERIOD_S, release)
 
     async def _process_llm_request(self, body, call_method: str,
                                    raw_request: Request | None = None) -> Response:
@@ -190,7 +178,8 @@ class SpecserveIngress(OpenAiIngress):
             features, decision = self._decider.decide(body, loads, prompt_len)
         except ValueError as e:  # forces a pool not configured, or a lossy one at T > 0
             raise RequestError(400, str(e), getattr(e, "param", "route")) from None
-        admitted = admit(decision, loads, self._cfg.server.max_in_flight_per_replica)
+        sequences = request_sequences(body)
+        admitted = admit(decision, loads, self._cfg.server.max_in_flight_per_replica, sequences)
         if admitted is None:
             self._metrics.observe_decision(decision.route, "rejected_overload", features.task, None)
             return error_response(429, "Both pools are at their in-flight bound; retry later",
@@ -207,15 +196,15 @@ class SpecserveIngress(OpenAiIngress):
             "speedup": None if decision.speedup is None else round(decision.speedup, 3),
             "in_flight": {p: load.in_flight for p, load in loads.items()}}))
         headers = route_headers(features, decision)
-        strip_usage = False
-        if route == "speculative" and body.stream and not (
-                body.stream_options and body.stream_options.include_usage):
+        keep_usage = wants_usage(body)  # the client's choice, whichever pool ends up serving
+        if body.stream and not keep_usage:
             # vLLM reports a stream's acceptance only on its final usage chunk: ask for it, learn
-            # from it, and drop it before the client sees it.
-            body.stream_options, strip_usage = StreamOptions(include_usage=True), True
+            # from it, and drop it before the client sees it (`relay_usage`).
+            body.stream_options = StreamOptions(include_usage=True)
         for attempt in (1, 2):  # a replica failure before any output is retried once
             try:
-                response = await self._forward_watched(body, call_method, raw_request, route)
+                response = await self._forward_watched(body, call_method, raw_request, route,
+                                                       sequences)
                 break
             except OpenAIHTTPException as e:  # the engine refused it: say which path did
                 return error_response(e.status_code, e.message, headers=headers)
@@ -235,8 +224,8 @@ class SpecserveIngress(OpenAiIngress):
                     route = retry
         response.headers.update(headers)
         if isinstance(response, StreamingResponse):  # in flight until RelayedStream ends
-            return RelayedStream(self._relay(response.body_iterator, route, features, strip_usage),
-                                 functools.partial(self._pressure.finish, route),
+            return RelayedStream(self._relay(response.body_iterator, route, features, keep_usage),
+                                 functools.partial(self._pressure.finish, route, sequences),
                                  status_code=response.status_code, headers=dict(response.headers),
                                  media_type=response.media_type)
         if route == "speculative" and isinstance(response, JSONResponse):
@@ -246,8 +235,9 @@ class SpecserveIngress(OpenAiIngress):
     def _learn(self, payload: dict, features: RequestFeatures) -> None:
         self._decider.learn(features, payload)
 
-    async def _relay(self, packets, route: Route, features: RequestFeatures, strip_usage: bool):
-        """Streams SSE packets through; learns from (and maybe drops) the usage event.
+    async def _relay(self, packets, route: Route, features: RequestFeatures, keep_usage: bool):
+        """Streams SSE packets through; learns from the usage event and drops it unless the
+        client asked for it (`relay_usage`).
 
         A pool failure after the stream began cannot be retried (the client has output): the
         stream ends with an OpenAI error event and `[DONE]`, never by hanging or a cut connection.
@@ -255,21 +245,13 @@ class SpecserveIngress(OpenAiIngress):
         aborts it in the engine).
         """
         guarded = self._guarded(packets, route)
+        relayed = relay_usage(guarded, keep_usage, functools.partial(self._learn,
+                                                                    features=features))
         try:
-            async for packet in guarded:
-                if '"speculative_decoding"' in packet:
-                    kept = []
-                    for event in packet.split("\n\n"):
-                        if event.startswith("data: ") and '"speculative_decoding"' in event:
-                            self._learn(json.loads(event[6:]), features)
-                            if strip_usage:
-                                continue
-                        kept.append(event)
-                    packet = "\n\n".join(kept)
-                    if not packet.strip():
-                        continue
+            async for packet in relayed:
                 yield packet
         finally:
+            await relayed.aclose()
             await guarded.aclose()
 
     async def _guarded(self, packets, route: Route):

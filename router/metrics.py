@@ -69,7 +69,8 @@ class _PoolCollector:
         pools = self._pool_stats()
         gauges = {
             "replicas": ("Live replicas reporting stats.", lambda p: p.replicas),
-            "in_flight": ("Requests in flight from all ingress replicas.", lambda p: p.in_flight),
+            "in_flight": ("Sequences in flight (prompts x n of each request) from all ingress "
+                          "replicas.", lambda p: p.in_flight),
             "num_requests_running": ("Engine running batch (sum over replicas).",
                                      lambda p: p.engine.num_requests_running),
             "num_requests_waiting": ("Engine queue (sum over replicas).",

@@ -1,6 +1,7 @@
 """Pool pressure as one ingress replica sees it, with no blocking call on the request path.
 
-The ingress counts its own requests in flight per pool exactly (`start`/`finish`); a background task
+The ingress counts its own requests' sequences in flight per pool exactly (`start`/`finish`; a
+request of prompts × n sequences counts prompts × n); a background task
 (`run`) pushes those counts to the application's StatsBoard and pulls the other ingress replicas'
 counts and every pool replica's engine stats, every `PUSH_PERIOD_S` (0.5 s): the global view is at
 most ~1 s stale, the local part is exact.
@@ -36,11 +37,13 @@ class PressureTracker:
         self._local: dict[Route, int] = {pool: 0 for pool in configured_replicas}
         self.remote: dict[str, PoolStats] = {}
 
-    def start(self, pool: Route) -> None:
-        self._local[pool] += 1
+    def start(self, pool: Route, sequences: int = 1) -> None:
+        """Counts a request of `sequences` sequences (prompts × n) in flight to `pool`."""
+        self._local[pool] += sequences
 
-    def finish(self, pool: Route) -> None:
-        self._local[pool] -= 1
+    def finish(self, pool: Route, sequences: int = 1) -> None:
+        """Releases what `start(pool, sequences)` counted."""
+        self._local[pool] -= sequences
 
     def local_in_flight(self, pool: Route) -> int:
         return self._local[pool]

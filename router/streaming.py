@@ -5,12 +5,13 @@ goes away (the send fails, or the request task is cancelled while it waits on `s
 `finally:` inside the generator runs late, or never when the body was not started. The ingress
 counts a stream in flight until it ends; seen on real pools: abandoned streams stayed counted for
 seconds to minutes. `RelayedStream` closes the body and calls `on_close` exactly once, whatever
-way the response ends.
+way the response ends. `relay_usage` decides, per stream, what the client sees of the usage chunk.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+import json
+from typing import AsyncIterator, Callable
 
 from starlette.responses import StreamingResponse
 
@@ -47,3 +48,40 @@ class RelayedStream(StreamingResponse):
                 await aclose()
         finally:
             self._on_close()
+
+
+def wants_usage(body) -> bool:
+    """Whether the client asked for a stream's usage chunk (`stream_options.include_usage`)."""
+    return bool(body.stream_options and body.stream_options.include_usage)
+
+
+async def relay_usage(packets: AsyncIterator[str], keep_usage: bool,
+                      learn: Callable[[dict], None]) -> AsyncIterator[str]:
+    """SSE packets through, with the usage chunk seen and, unless asked for, dropped.
+
+    The ingress asks every stream for its usage chunk (`data: {"choices": [], "usage": ...}`, the
+    one that carries a speculative stream's `metrics.speculative_decoding`): `learn` gets each
+    usage chunk's JSON, and a client that did not ask for usage (`keep_usage` False) never sees
+    one, whichever pool the stream ended up on.
+
+    Args:
+        packets: the pool's SSE text, one or more `data: ...\\n\\n` events per packet.
+        keep_usage: the client asked for usage (`wants_usage` of its request).
+        learn: called with each usage chunk's JSON.
+    """
+    async for packet in packets:
+        if '"usage"' not in packet:  # every other packet passes unparsed
+            yield packet
+            continue
+        kept = []
+        for event in packet.split("\n\n"):
+            if event.startswith("data: {") and '"usage"' in event:
+                chunk = json.loads(event[6:])
+                if chunk.get("choices") == [] and chunk.get("usage"):
+                    learn(chunk)
+                    if not keep_usage:
+                        continue
+            kept.append(event)
+        packet = "\n\n".join(kept)
+        if packet.strip():
+            yield packet

@@ -25,13 +25,25 @@ class Limits:
 
     Attributes:
         max_model_len: context of the target engine in tokens (prompt + output).
-        vocab_size: token ids must be in [0, vocab_size) (None: unchecked).
+        vocab_size: token ids must be in [0, vocab_size) (None: only >= 0 is checked).
         max_n: most choices one request may ask for (`n`).
+        max_sequences: most sequences one request may start (`request_sequences`).
     """
 
     max_model_len: int
     vocab_size: int | None
     max_n: int
+    max_sequences: int
+
+
+def request_sequences(body) -> int:
+    """Sequences a request starts in the engine: prompts × n (a chat, or a single prompt, is one
+    prompt; a list of strings or of token-id lists is one prompt per item)."""
+    n = 1 if body.n is None else body.n
+    prompt = None if getattr(body, "messages", None) is not None else body.prompt
+    if isinstance(prompt, list) and prompt and not all(isinstance(t, int) for t in prompt):
+        return len(prompt) * n
+    return n
 
 
 def validate_request(body, prompt_len: int, limits: Limits) -> None:
@@ -59,6 +71,11 @@ def validate_request(body, prompt_len: int, limits: Limits) -> None:
     n = 1 if body.n is None else body.n
     if not 1 <= n <= limits.max_n:
         raise RequestError(400, f"n: must be in [1, {limits.max_n}], got {n}", "n")
+    sequences = request_sequences(body)
+    if sequences > limits.max_sequences:
+        where = "n" if chat else "prompt"  # a chat has one prompt: only n multiplies
+        raise RequestError(400, f"{where}: {sequences // n} prompt(s) x n={n} ask for {sequences} "
+                           f"sequences; at most {limits.max_sequences} per request", where)
     if body.stream_options is not None and not body.stream:
         raise RequestError(400, "stream_options: only allowed with stream: true", "stream_options")
     field = "max_completion_tokens" if chat and body.max_completion_tokens is not None \
@@ -90,6 +107,10 @@ def _check_prompt(prompt, vocab_size: int | None) -> None:
     for ids in lists:
         if not ids:
             raise RequestError(400, "prompt: must not contain an empty token list", "prompt")
+        if min(ids) < 0:
+            raise RequestError(400, f"prompt: token id {min(ids)} is negative; ids are "
+                               f"0..{'vocab_size - 1' if vocab_size is None else vocab_size - 1}",
+                               "prompt")
         if vocab_size is not None and max(ids) >= vocab_size:
             raise RequestError(400, f"prompt: token id {max(ids)} is outside the vocabulary "
                                f"(0..{vocab_size - 1})", "prompt")

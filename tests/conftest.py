@@ -1,7 +1,10 @@
-"""Shared fixtures: the model lab's tiny models and one Serve application for the whole session.
+"""Shared fixtures: the model lab's tiny models, one local Ray + Serve per session, and one Serve
+application on it for the whole session.
 
 The application (both pools, real vLLM engines, real local Ray) starts once per session (~2-3 min on
-2 cores) and every HTTP test shares it.
+2 cores) and every HTTP test shares it. Ray's processes get the test API keys in their environment
+(`TEST_API_KEYS`), as an operator exports them before `specserve serve`: an
+application whose config names those variables (tests/test_security.py) checks them.
 """
 
 from __future__ import annotations
@@ -14,12 +17,14 @@ import httpx
 import pytest
 
 from cluster.config import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, SpecserveConfig, models_dir
-from deployments.cores import CORES_DIR_ENV, node_cores
+from deployments.cores import CORES_DIR_ENV, SHARE_CORES_ENV
 
 pytest_plugins = ["conftest_kube"]  # real API server fixtures for tests/test_kuberay_*.py
 TEST_PORT = int(os.environ.get("SPECSERVE_TEST_PORT", "8123"))
 SPECULATOR_CONTEXT = 256
 MAX_IN_FLIGHT_PER_REPLICA = 32
+TEST_API_KEYS = {"SPECSERVE_TEST_API_KEYS": "sk-test-inference-1,sk-test-inference-2",
+                 "SPECSERVE_TEST_ADMIN_KEYS": "sk-test-admin"}
 
 
 @pytest.fixture(scope="session")
@@ -39,30 +44,42 @@ def serve_config(lab) -> SpecserveConfig:
     data["server"]["port"] = TEST_PORT
     # An admission bound the overload test can reach (test_routing's burst holds 24 + 1).
     data["server"]["max_in_flight_per_replica"] = MAX_IN_FLIGHT_PER_REPLICA
+    data["server"]["max_sequences_per_request"] = MAX_IN_FLIGHT_PER_REPLICA
     # A speculator context shorter than the target's (1024), for ../shared/cases #9.
     data["speculative"]["speculator"]["max_model_len"] = SPECULATOR_CONTEXT
     return SpecserveConfig.from_dict(data)
 
 
 @pytest.fixture(scope="session")
-def server(serve_config) -> str:
-    """Base URL of a running specserve application on a local Ray cluster."""
+def serve_instance() -> str:
+    """Base URL of Serve's HTTP proxy on a local Ray cluster started for the session."""
     import ray
+    from ray import serve
+
+    for name, value in {**RAY_NODE_ENV, **TEST_API_KEYS}.items():  # as `specserve serve` starts Ray
+        os.environ.setdefault(name, value)
+    # Replicas of this session lease cores among themselves (Ray clusters other tests start beside
+    # it lease from their own folders). The session app starts first and owns both cores; the
+    # smaller apps some tests add beside it find none free and run unbound: tests share the
+    # machine's cores by design, so Ray declares more CPUs than cores here.
+    os.environ[CORES_DIR_ENV] = tempfile.mkdtemp(prefix="specserve-cores-")
+    os.environ[SHARE_CORES_ENV] = "1"
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    serve.start(http_options={"host": "127.0.0.1", "port": TEST_PORT})
+    yield f"http://127.0.0.1:{TEST_PORT}"
+    serve.shutdown()
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def server(serve_instance, serve_config) -> str:
+    """Base URL of a running specserve application (both pools) on the session's Ray cluster."""
     from ray import serve
 
     from deployments.app import build_app_from_config
 
-    for name, value in RAY_NODE_ENV.items():  # as `specserve serve` starts Ray
-        os.environ.setdefault(name, value)
-    # The session app's replicas lease cores among themselves: Ray clusters other tests start
-    # beside it lease from their own folders (tests share the machine's cores by design).
-    os.environ[CORES_DIR_ENV] = tempfile.mkdtemp(prefix="specserve-cores-")
-    ray.init(num_cpus=node_cores(), include_dashboard=False, log_to_driver=False)
-    serve.start(http_options={"host": "127.0.0.1", "port": TEST_PORT})
     serve.run(build_app_from_config(serve_config), name="specserve", route_prefix="/")
-    yield f"http://127.0.0.1:{TEST_PORT}"
-    serve.shutdown()
-    ray.shutdown()
+    return serve_instance
 
 
 @pytest.fixture

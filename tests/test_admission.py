@@ -34,6 +34,18 @@ def test_admit(decision, pools, expected):
     assert admit(decision, pools, CAP) == expected
 
 
+@pytest.mark.parametrize("sequences, pools, expected", [
+    (4, _pools(0), Decision("speculative", "task_gains")),    # 4 of 4 fits an empty pool
+    (2, _pools(2), Decision("speculative", "task_gains")),
+    (3, _pools(2), Decision("vanilla", "pool_saturated")),    # 2 + 3 > 4: the other pool
+    (3, _pools(2, 2), None),                                  # room for 2 anywhere, not 3
+    (5, _pools(0, 0), None),                                  # above any pool's bound
+    (6, _pools(2, spec_replicas=2), Decision("speculative", "task_gains")),  # 2 + 6 <= 4 x 2
+])
+def test_admit_counts_sequences(sequences, pools, expected):
+    assert admit(Decision("speculative", "task_gains"), pools, CAP, sequences) == expected
+
+
 @pytest.mark.parametrize("req, pools, expected", [
     (RequestFeatures("code", 0.0), _pools(spec_up=False), ("vanilla", "pool_unavailable")),
     (RequestFeatures("chat", 0.0), _pools(van_up=False), ("speculative", "pool_unavailable")),

@@ -1,6 +1,6 @@
-"""API keys on the real FastAPI app of the ingress (router/ingress.py `build_fastapi_app`) with a
-trivial endpoint behind it: 401 in OpenAI format without a valid key, /health open, keys never
-logged, and the KubeRay manifests carry only a secretKeyRef."""
+"""API keys as pure functions (router/auth.py: `ApiKeys`, `access`, `route_path`) and in the
+rendered KubeRay manifests (only secretKeyRefs). The HTTP behaviour is tested on the deployed
+application in tests/test_security.py."""
 
 from __future__ import annotations
 
@@ -8,71 +8,79 @@ import logging
 
 import pytest
 import yaml
-from fastapi.testclient import TestClient
 
 from cluster.config import ConfigError, SpecserveConfig
 from cluster.kuberay import MANIFESTS_DIR, rayservice
-from router.auth import ApiKeys
-from router.ingress import build_fastapi_app
+from router.auth import ApiKeys, access, route_path
 
-KEYS = "sk-first-3f9a,sk-second-77c1"
-
-
-def _client(monkeypatch, keys: str | None) -> TestClient:
-    if keys is None:
-        monkeypatch.delenv("TEST_SPECSERVE_KEYS", raising=False)
-    else:
-        monkeypatch.setenv("TEST_SPECSERVE_KEYS", keys)
-    app = build_fastapi_app(4096, api_keys_env="TEST_SPECSERVE_KEYS")
-
-    @app.post("/v1/completions")
-    async def _completions():
-        return {"ok": True}
-
-    @app.get("/health")
-    async def _health():
-        return {"status": "ok"}
-
-    return TestClient(app)
+KEYS = ApiKeys(["sk-first-3f9a", "sk-second-77c1"])
+ADMIN = ApiKeys(["sk-admin-0d2e"])
 
 
-@pytest.mark.parametrize("header, status", [
-    (None, 401),
-    ("Bearer sk-wrong", 401),
-    ("Bearer sk-first-3f9", 401),          # a prefix of a key
-    ("Basic sk-first-3f9a", 401),          # right key, wrong scheme
-    ("Bearer sk-first-3f9a", 200),
-    ("bearer  sk-second-77c1 ", 200),
+@pytest.mark.parametrize("header, allowed", [
+    (None, False),
+    ("", False),
+    ("Bearer sk-wrong", False),
+    ("Bearer sk-first-3f9", False),          # a prefix of a key
+    ("Bearer sk-first-3f9ab", False),        # a key plus one character
+    ("Basic sk-first-3f9a", False),          # right key, wrong scheme
+    ("sk-first-3f9a", False),                # no scheme
+    ("Bearer sk-first-3f9a", True),
+    ("bearer  sk-second-77c1 ", True),
 ])
-def test_bearer_keys(monkeypatch, caplog, header, status):
-    client = _client(monkeypatch, KEYS)
-    headers = {"authorization": header} if header else {}
-    with caplog.at_level(logging.DEBUG):
-        r = client.post("/v1/completions", json={}, headers=headers)
-    assert r.status_code == status
-    if status == 401:
-        assert r.json()["error"]["code"] == 401
-        assert r.json()["error"]["type"] == "AuthenticationError"
-        assert r.headers["www-authenticate"] == "Bearer"
-    assert "sk-first-3f9a" not in caplog.text and "sk-second-77c1" not in caplog.text
+def test_bearer_keys(header, allowed):
+    assert KEYS.allows(header) is allowed
 
 
-def test_health_needs_no_key(monkeypatch):
-    assert _client(monkeypatch, KEYS).get("/health").status_code == 200
-
-
-def test_unset_keys_fail_closed(monkeypatch):
-    client = _client(monkeypatch, None)
-    r = client.post("/v1/completions", json={}, headers={"authorization": "Bearer anything"})
-    assert r.status_code == 401
+def test_unset_or_empty_keys_fail_closed(monkeypatch, caplog):
+    monkeypatch.delenv("TEST_SPECSERVE_KEYS", raising=False)
+    with pytest.raises(ValueError, match="server.admin_api_keys_env: environment variable "
+                                         "TEST_SPECSERVE_KEYS is unset"):
+        ApiKeys.from_env("TEST_SPECSERVE_KEYS", "server.admin_api_keys_env")
+    monkeypatch.setenv("TEST_SPECSERVE_KEYS", " , ")
     with pytest.raises(ValueError, match="TEST_SPECSERVE_KEYS"):
         ApiKeys.from_env("TEST_SPECSERVE_KEYS")
+    assert not ApiKeys([]).allows("Bearer ")
+    monkeypatch.setenv("TEST_SPECSERVE_KEYS", "sk-a, sk-b")
+    with caplog.at_level(logging.DEBUG):
+        assert ApiKeys.from_env("TEST_SPECSERVE_KEYS").allows("Bearer sk-b")
+    assert "sk-a" not in caplog.text and "sk-b" not in caplog.text
 
 
-def test_oversized_body_still_413_with_a_key(monkeypatch):
-    r = _client(monkeypatch, KEYS).post("/v1/completions", content=b"x" * 5000,
-                                        headers={"authorization": "Bearer sk-first-3f9a"})
-    assert r.status_code == 413
+INFERENCE, ADMIN_KEY, WRONG = "Bearer sk-first-3f9a", "Bearer sk-admin-0d2e", "Bearer sk-nope"
+
+
+@pytest.mark.parametrize("path, header, keys, admin, status", [
+    ("/health", None, KEYS, ADMIN, 200),                 # probes carry no key
+    ("/v1/completions", None, KEYS, ADMIN, 401),
+    ("/v1/completions", WRONG, KEYS, ADMIN, 401),
+    ("/v1/completions", INFERENCE, KEYS, ADMIN, 200),
+    ("/v1/completions", ADMIN_KEY, KEYS, ADMIN, 200),    # an admin key opens every endpoint
+    ("/metrics", INFERENCE, KEYS, ADMIN, 200),
+    ("/admin/policy", INFERENCE, KEYS, ADMIN, 403),      # an inference key cannot re-route
+    ("/admin/policy", WRONG, KEYS, ADMIN, 401),
+    ("/admin/policy", None, KEYS, ADMIN, 401),
+    ("/admin/policy", ADMIN_KEY, KEYS, ADMIN, 200),
+    ("/admin", INFERENCE, KEYS, ADMIN, 403),
+    ("/administrator", INFERENCE, KEYS, ADMIN, 200),     # not under /admin/
+    ("/admin/policy", INFERENCE, KEYS, None, 200),       # no admin keys: the inference keys
+    ("/admin/policy", None, None, ADMIN, 401),           # admin keys only: /admin/* guarded,
+    ("/v1/models", None, None, ADMIN, 200),              # the rest open
+    ("/v1/models", None, None, None, 200),
+])
+def test_access(path, header, keys, admin, status):
+    assert access(path, header, keys, admin) == status
+
+
+@pytest.mark.parametrize("path, root, expected", [
+    ("/admin/policy", "", "/admin/policy"),
+    ("/keyed/admin/policy", "/keyed", "/admin/policy"),   # Serve's route_prefix is root_path
+    ("/keyed/health", "/keyed", "/health"),
+    ("/keyed", "/keyed", "/"),
+    ("/keyedx/admin", "/keyed", "/keyedx/admin"),         # not below the prefix
+])
+def test_route_path(path, root, expected):
+    assert route_path({"path": path, "root_path": root}) == expected
 
 
 def test_manifests_take_keys_from_a_secret_only():
@@ -82,26 +90,21 @@ def test_manifests_take_keys_from_a_secret_only():
     pods = [cluster["headGroupSpec"]] + cluster["workerGroupSpecs"]
     for pod in pods:
         env = pod["template"]["spec"]["containers"][0]["env"]
-        keys = [e for e in env if e["name"] == "SPECSERVE_API_KEYS"]
-        assert keys == [{"name": "SPECSERVE_API_KEYS", "valueFrom": {"secretKeyRef": {
-            "name": "specserve-api-keys", "key": "api-keys"}}}]
+        keys = [e for e in env if "API_KEYS" in e["name"]]
+        assert keys == [
+            {"name": "SPECSERVE_API_KEYS", "valueFrom": {"secretKeyRef": {
+                "name": "specserve-api-keys", "key": "api-keys"}}},
+            {"name": "SPECSERVE_ADMIN_API_KEYS", "valueFrom": {"secretKeyRef": {
+                "name": "specserve-api-keys", "key": "admin-api-keys"}}}]
     assert "api_keys_env: SPECSERVE_API_KEYS" in obj["spec"]["serveConfigV2"]
+    assert "admin_api_keys_env: SPECSERVE_ADMIN_API_KEYS" in obj["spec"]["serveConfigV2"]
 
 
-def test_keys_without_a_secret_are_refused_at_render():
+@pytest.mark.parametrize("field", ["api_keys_env", "admin_api_keys_env"])
+def test_keys_without_a_secret_are_refused_at_render(field):
     data = yaml.safe_load((MANIFESTS_DIR / "configs" / "gpu.yaml").read_text())
     del data["kubernetes"]["api_keys_secret"]
-    with pytest.raises(ConfigError, match="kubernetes.api_keys_secret"):
+    data["server"] = {"port": 8000, field: "SOME_KEYS"}
+    with pytest.raises(ConfigError, match=f"kubernetes.api_keys_secret: required when "
+                                          f"server.{field} is set"):
         rayservice(SpecserveConfig.from_dict(data))
-
-
-@pytest.mark.parametrize("method, path, status, kind", [
-    ("get", "/v1/nowhere", 404, "NotFoundError"),
-    ("get", "/v1/completions", 405, "MethodNotAllowed"),  # POST only
-])
-def test_routing_errors_are_openai_json(monkeypatch, method, path, status, kind):
-    r = getattr(_client(monkeypatch, KEYS), method)(
-        path, headers={"authorization": "Bearer sk-first-3f9a"})
-    assert r.status_code == status
-    err = r.json()["error"]
-    assert (err["type"], err["param"], err["code"]) == (kind, None, status) and err["message"]

@@ -29,6 +29,16 @@ def test_default_config_loads_and_renders_speculative_config():
     ({**_spec(), "vanilla": {"tensor_parallel_size": 4}}, "vanilla.tensor_parallel_size"),
     ({**_spec(), "server": {"port": 70000}}, "server.port"),
     ({**_spec(), "router": {"speculative_tasks": ["poetry"]}}, "router.speculative_tasks.0"),
+    ({**_spec(), "server": {"max_in_flight_per_replica": 32}},
+     "server.max_sequences_per_request: 64 is above max_in_flight_per_replica 32"),
+    ({**_spec(), "server": {"max_sequences_per_request": 0}}, "server.max_sequences_per_request"),
+    ({**_spec(), "server": {"api_keys_env": "K", "admin_api_keys_env": "K"}},
+     "server.admin_api_keys_env: must differ from api_keys_env"),
+    ({**_spec(), "server": {"admin_api_keys_env": "no-dashes"}}, "server.admin_api_keys_env"),
+    ({**_spec(), "kubernetes": {"ray_token_auth": False, "ray_auth_secret": "s"}},
+     "kubernetes.ray_auth_secret: set, but ray_token_auth is false"),
+    ({**_spec(), "kubernetes": {"ray_version": "2.51.0", "image": "rayproject/ray:2.51.0"}},
+     "kubernetes.ray_token_auth: needs ray_version >= 2.52.0, got '2.51.0'"),
 ])
 def test_bad_config_names_the_field(data, field):
     with pytest.raises(ConfigError) as e:

@@ -59,6 +59,34 @@ def test_every_manifest_passes_server_side_dry_run(run, path):
     assert "serverside-applied" in out and "(server dry run)" in out
 
 
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
+def test_the_stored_cluster_keeps_ray_token_auth_and_the_admin_keys(run, objects, path):
+    # the API server prunes fields its CRD schema does not know: read back what it stored
+    rendered = yaml.safe_load(path.read_text())
+    code, _, err = run("apply", "-f", str(path))
+    assert code == 0, err
+    plural, spec = ("rayservices", "rayClusterConfig") if rendered["kind"] == "RayService" else \
+        ("rayjobs", "rayClusterSpec")
+    stored = objects(plural, rendered["metadata"]["name"])["spec"][spec]
+    assert stored["authOptions"] == rendered["spec"][spec]["authOptions"]
+    assert stored["authOptions"]["mode"] == "token"
+    if ".gpu." in path.name:
+        assert stored["authOptions"]["secretName"] == "specserve-ray-token"
+        env = stored["headGroupSpec"]["template"]["spec"]["containers"][0]["env"]
+        assert {"name": "SPECSERVE_ADMIN_API_KEYS", "valueFrom": {"secretKeyRef": {
+            "name": "specserve-api-keys", "key": "admin-api-keys"}}} in env
+
+
+def test_dry_run_refuses_an_unknown_ray_auth_mode(run, tmp_path):
+    obj = yaml.safe_load((MANIFESTS_DIR / "ray-service.cpu.yaml").read_text())
+    obj["spec"]["rayClusterConfig"]["authOptions"]["mode"] = "password"
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(obj))
+    code, _, err = run("apply", "-f", str(path), "--dry-run")
+    assert code == 1
+    assert "422" in err and "authOptions.mode" in err
+
+
 def test_dry_run_refuses_a_wrong_type_with_the_field(run, tmp_path):
     obj = yaml.safe_load((MANIFESTS_DIR / "ray-service.gpu.yaml").read_text())
     obj["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["replicas"] = "two"

@@ -116,6 +116,25 @@ def test_rayjob_is_for_offline_batch(config):
         SpecserveConfig.from_dict(app_args(cfg))
 
 
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
+def test_every_cluster_turns_on_ray_token_auth(path):
+    obj = _load(path)
+    secret = SpecserveConfig.from_yaml(
+        MANIFESTS_DIR / "configs" / f"{path.stem.split('.')[1]}.yaml").kubernetes.ray_auth_secret
+    assert _cluster(obj)["authOptions"] == ({"mode": "token", "secretName": secret} if secret
+                                            else {"mode": "token"})
+    for _, pod in _pods(obj):  # KubeRay sets the token; a manifest never carries one
+        env = pod["template"]["spec"]["containers"][0]["env"]
+        assert not [e for e in env if e["name"].startswith("RAY_AUTH")]
+
+
+def test_ray_token_auth_can_be_turned_off():
+    data = _load(MANIFESTS_DIR / "configs" / "cpu.yaml")
+    data["kubernetes"]["ray_token_auth"] = False
+    obj = plain(rayservice(SpecserveConfig.from_dict(data)))
+    assert "authOptions" not in obj["spec"]["rayClusterConfig"]
+
+
 SELF_DESCRIBING = {"name", "value", "containerPort", "mountPath", "readOnly", "claimName",
                    "persistentVolumeClaim", "emptyDir", "medium", "sizeLimit", "key", "operator",
                    "effect", "cpu", "memory", "nvidia.com/gpu", "type", "annotations",

@@ -1,13 +1,16 @@
 """RelayedStream (router/streaming.py) under each way a stream can end, on Starlette's real
-StreamingResponse machinery (ASGI send/receive driven directly)."""
+StreamingResponse machinery (ASGI send/receive driven directly); `relay_usage`, the usage chunk a
+client sees."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
+from ray.serve.llm.openai_api_models import CompletionRequest
 
-from router.streaming import RelayedStream
+from router.streaming import RelayedStream, relay_usage, wants_usage
 
 SCOPE = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"}, "method": "GET",
          "path": "/", "headers": []}
@@ -91,3 +94,68 @@ def test_closed_before_the_body_started():
         asyncio.run(_stream(body, closes)(SCOPE, _receive, send))
     assert closes == [1]  # the count is released even though the generator never ran
     assert body.finalized is False
+
+
+def _sse(*chunks) -> str:
+    return "".join(f"data: {json.dumps(c)}\n\n" for c in chunks)
+
+
+TOKEN = {"id": "c", "object": "text_completion", "choices": [{"index": 0, "text": "x"}]}
+SPEC_USAGE = {"id": "c", "choices": [], "usage": {"completion_tokens": 3},
+              "metrics": {"speculative_decoding": {"acceptance_histogram": [1, 2]}}}
+VANILLA_USAGE = {"id": "c", "choices": [], "usage": {"completion_tokens": 3}}
+
+
+def _relayed(packets: list[str], keep_usage: bool) -> tuple[list, list]:
+    learned = []
+
+    async def source():
+        for p in packets:
+            yield p
+
+    async def run():
+        return [p async for p in relay_usage(source(), keep_usage, learned.append)]
+
+    out = asyncio.run(run())
+    return [json.loads(e[6:]) for p in out for e in p.split("\n\n") if e.startswith("data: {")], \
+        learned
+
+
+@pytest.mark.parametrize("usage", [SPEC_USAGE, VANILLA_USAGE], ids=["speculative", "vanilla"])
+def test_usage_is_dropped_when_the_client_did_not_ask(usage):
+    # the vanilla case is a stream retried there after its speculative pool lost it: the ingress
+    # had asked for usage on the client's behalf, and the vanilla chunk has no
+    # `speculative_decoding` to recognize it by
+    packets = [_sse(TOKEN), _sse(TOKEN) + _sse(usage) + "data: [DONE]\n\n"]
+    chunks, learned = _relayed(packets, keep_usage=False)
+    assert chunks == [TOKEN, TOKEN]
+    assert learned == [usage]
+
+
+def test_usage_the_client_asked_for_passes_and_is_learned():
+    chunks, learned = _relayed([_sse(TOKEN), _sse(SPEC_USAGE), "data: [DONE]\n\n"], True)
+    assert chunks == [TOKEN, SPEC_USAGE] and learned == [SPEC_USAGE]
+
+
+def test_a_packet_of_only_usage_is_not_sent_empty():
+    async def source():
+        yield _sse(VANILLA_USAGE)
+        yield "data: [DONE]\n\n"
+
+    async def run():
+        return [p async for p in relay_usage(source(), False, lambda chunk: None)]
+
+    assert asyncio.run(run()) == ["data: [DONE]\n\n"]
+
+
+def test_text_mentioning_usage_is_not_a_usage_chunk():
+    token = {"id": "c", "choices": [{"index": 0, "text": 'the "usage" key'}]}
+    chunks, learned = _relayed([_sse(token)], keep_usage=False)
+    assert chunks == [token] and learned == []
+
+
+@pytest.mark.parametrize("options, wanted", [(None, False), ({"include_usage": False}, False),
+                                             ({"include_usage": True}, True)])
+def test_wants_usage_reads_the_request(options, wanted):
+    body = CompletionRequest(model="m", prompt="x", stream=True, stream_options=options)
+    assert wants_usage(body) is wanted
