@@ -94,6 +94,9 @@ class AutoscalingConfig(_Strict):
     def _check(self) -> AutoscalingConfig:
         if self.memory_bound_low >= self.memory_bound_high:
             raise ValueError("memory_bound_low: must be < memory_bound_high")
+        if self.look_back_period_s <= self.metrics_interval_s:  # Ray Serve 2.60 warns, will raise
+            raise ValueError(f"look_back_period_s: {self.look_back_period_s:g} must be above "
+                             f"metrics_interval_s {self.metrics_interval_s:g}")
         return self
 
     def pool(self, name: str) -> PoolScalingConfig:

@@ -35,7 +35,7 @@ from router.decider import route_headers
 from cluster.batch_rows import BatchRow, Endpoint, RowError, count_lines, read_rows
 from cluster.batch_submit import submit
 from cluster.batch_summary import BatchStats, progress_line, summary_text
-from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig, check_speculator_matches_target
+from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig, check_checkpoints
 from deployments.stats import get_board
 from router.errors import RequestError, error_response
 from router.policy import Decision, RequestFeatures
@@ -91,7 +91,7 @@ def load_config(path: str | None) -> SpecserveConfig:
                                         source=f"${CONFIG_JSON_ENV}")
     else:
         cfg = SpecserveConfig.from_yaml(path or DEFAULT_CONFIG_PATH)
-    check_speculator_matches_target(cfg)
+    check_checkpoints(cfg)
     return cfg
 
 

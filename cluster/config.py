@@ -157,11 +157,45 @@ class PoolConfig(_Strict):
             raise ValueError("tensor_parallel_size: must be 1 when accelerator is 'cpu'")
         return self
 
+    @model_validator(mode="after")
+    def _check_batch(self) -> PoolConfig:
+        # vLLM 0.32 SchedulerConfig.verify_max_model_len: max_num_batched_tokens >= max_num_seqs;
+        # its OpenAI-server default is 2048 on CPU (x tp) and on GPUs below 70 GiB, more above.
+        tokens = self.engine_kwargs.get("max_num_batched_tokens")
+        bound = tokens if isinstance(tokens, int) else 2048 * self.tensor_parallel_size
+        if self.max_num_seqs > bound:
+            raise ValueError(f"max_num_seqs: {self.max_num_seqs} is above vLLM's "
+                             f"max_num_batched_tokens {bound}" + (
+                                 "" if tokens else " (its default; set engine_kwargs."
+                                 "max_num_batched_tokens to raise it)"))
+        return self
+
 
 class SpeculativePoolConfig(PoolConfig):
     """The speculative pool: the same target plus a speculator."""
 
     speculator: SpeculatorConfig = Field(description="The speculator this pool's engines use.")
+
+    @model_validator(mode="after")
+    def _check_draft_tp(self) -> SpeculativePoolConfig:
+        # vLLM 0.32: SpeculativeConfig._verify_and_get_draft_tp allows 1 or the target's TP;
+        # DraftModelProposer._raise_if_draft_tp_mismatch (engine start) needs the target's for
+        # draft_model; ngram has no draft model and ignores it.
+        spec, tp = self.speculator, self.tensor_parallel_size
+        draft_tp = spec.draft_tensor_parallel_size
+        if draft_tp is None:
+            return self
+        where = "speculator.draft_tensor_parallel_size"
+        if spec.method == "ngram":
+            raise ValueError(f"{where}: must be unset for method 'ngram' (no draft model), "
+                             f"got {draft_tp}")
+        if spec.method == "draft_model" and draft_tp != tp:
+            raise ValueError(f"{where}: {draft_tp} must equal speculative.tensor_parallel_size "
+                             f"{tp} for method 'draft_model' (vLLM 0.32)")
+        if draft_tp not in (1, tp):
+            raise ValueError(f"{where}: {draft_tp} must be 1 or speculative."
+                             f"tensor_parallel_size {tp}")
+        return self
 
 
 class RouterConfig(_Strict):
@@ -232,6 +266,15 @@ class SpecserveConfig(_Strict):
                                    "rendering (cluster/kuberay.py); unused by `specserve serve`.")
 
     @model_validator(mode="after")
+    def _check_speculator_context(self) -> SpecserveConfig:
+        # vLLM 0.32 SpeculativeConfig._maybe_override_draft_max_model_len
+        spec_len, target_len = self.speculative.speculator.max_model_len, self.model.max_model_len
+        if spec_len is not None and spec_len > target_len:
+            raise ValueError(f"speculative.speculator.max_model_len: {spec_len} is above "
+                             f"model.max_model_len {target_len}")
+        return self
+
+    @model_validator(mode="after")
     def _check_pools(self) -> SpecserveConfig:
         if self.vanilla.num_replicas == 0 and self.speculative.num_replicas == 0:
             raise ValueError("vanilla.num_replicas: at least one pool needs a replica")
@@ -288,7 +331,8 @@ def format_validation_error(err: ValidationError, source: str) -> str:
         loc = [str(p) for p in e["loc"]]
         msg = e["msg"].removeprefix("Value error, ")
         field, sep, rest = msg.partition(": ")
-        if e["type"] == "value_error" and sep and field.isidentifier():  # model-level validator
+        if e["type"] == "value_error" and sep and all(  # model-level validator
+                part.isidentifier() for part in field.split(".")):
             loc, msg = loc + [field], rest
         lines.append(f"{source}: {'.'.join(loc) + ': ' if loc else ''}{msg}")
     return "\n".join(lines)
@@ -302,6 +346,67 @@ def read_config_value(model_path: str, key: str) -> int | None:
         return None
     data = json.loads(cfg.read_text())
     return data.get(key) or data.get("text_config", {}).get(key)
+
+
+def checkpoint_context(model_path: str) -> int | None:
+    """The context vLLM derives from a local checkpoint: its `max_position_embeddings`; None when
+    not local, absent, or RoPE-scaled (a `factor` in `rope_scaling` / `rope_parameters`, which
+    vLLM applies by rope type)."""
+    for key in ("rope_scaling", "rope_parameters"):
+        rope = read_config_value(model_path, key)
+        if isinstance(rope, dict) and "factor" in rope:
+            return None
+    return read_config_value(model_path, "max_position_embeddings")
+
+
+def check_checkpoints(cfg: SpecserveConfig) -> None:
+    """Refuses, before any replica starts, what vLLM 0.32 would refuse at engine start about the
+    checkpoints on this machine (each check skipped when its checkpoint is not local):
+
+    - `model.max_model_len` above the target's context (ModelConfig `_get_and_verify_max_len`);
+    - a pool's `tensor_parallel_size` that does not divide the target's attention heads
+      (ModelConfig.verify_with_parallel_config);
+    - `speculative.speculator.max_model_len` above the speculator checkpoint's context (the draft's
+      ModelConfig; for EAGLE heads too);
+    - Medusa `num_speculative_tokens` above the checkpoint's `num_heads` (vLLM builds k heads and
+      fails to load the missing ones);
+    - a speculator vocabulary other than the target's (`check_speculator_matches_target`).
+
+    Raises:
+        ConfigError: one line per problem, naming the field and both values.
+    """
+    errors = []
+    target_len = checkpoint_context(cfg.model.path)
+    if target_len is not None and cfg.model.max_model_len > target_len:
+        errors.append(f"model.max_model_len: {cfg.model.max_model_len} is above the target "
+                      f"checkpoint's max_position_embeddings {target_len} "
+                      f"({resolve_path(cfg.model.path)})")
+    heads = read_config_value(cfg.model.path, "num_attention_heads")
+    for pool in cfg.pools():
+        tp = getattr(cfg, pool).tensor_parallel_size
+        if heads and heads % tp:
+            errors.append(f"{pool}.tensor_parallel_size: {tp} does not divide the target's "
+                          f"num_attention_heads {heads}")
+    spec = cfg.speculative.speculator
+    if spec.method != "ngram" and "speculative" in cfg.pools():
+        draft_len = checkpoint_context(spec.model)
+        if spec.max_model_len is not None and draft_len is not None and (
+                spec.max_model_len > draft_len):
+            errors.append(f"speculative.speculator.max_model_len: {spec.max_model_len} is above "
+                          f"the speculator checkpoint's max_position_embeddings {draft_len} "
+                          f"({resolve_path(spec.model)})")
+        medusa_heads = (read_config_value(spec.model, "num_heads")
+                        or read_config_value(spec.model, "medusa_num_heads"))
+        if spec.method == "medusa" and medusa_heads and spec.num_speculative_tokens > medusa_heads:
+            errors.append(f"speculative.speculator.num_speculative_tokens: "
+                          f"{spec.num_speculative_tokens} is above the Medusa checkpoint's "
+                          f"num_heads {medusa_heads}")
+    try:
+        check_speculator_matches_target(cfg)
+    except ConfigError as e:
+        errors.append(str(e))
+    if errors:
+        raise ConfigError("\n".join(errors))
 
 
 def check_speculator_matches_target(cfg: SpecserveConfig) -> None:

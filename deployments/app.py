@@ -18,7 +18,7 @@ from ray.llm._internal.serve.core.configs.openai_api_models import ModelCard
 from ray.serve import Application
 from ray.serve.llm.ingress import make_fastapi_ingress
 
-from cluster.config import SpecserveConfig, check_speculator_matches_target
+from cluster.config import SpecserveConfig, check_checkpoints
 from deployments.pools import build_pool
 from router.ingress import ENDPOINTS, SpecserveIngress, build_fastapi_app
 
@@ -27,14 +27,15 @@ def load_config(args: dict) -> SpecserveConfig:
     """`args` is `{"config_path": FILE}` or the config's fields inline.
 
     Raises:
-        ConfigError: the config is invalid (names the field) or its draft's vocab differs.
+        ConfigError: the config is invalid (names the field) or does not fit its local
+            checkpoints (`check_checkpoints`: context, heads, vocab).
     """
     args = dict(args or {})
     path = args.pop("config_path", None)
     if path is not None and args:
         raise ValueError(f"args: give config_path or inline fields, not both (got {sorted(args)})")
     cfg = SpecserveConfig.from_yaml(path) if path else SpecserveConfig.from_dict(args, "args")
-    check_speculator_matches_target(cfg)
+    check_checkpoints(cfg)
     return cfg
 
 
