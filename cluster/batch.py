@@ -38,7 +38,7 @@ from cluster.batch_summary import BatchStats, progress_line, summary_text
 from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig, check_checkpoints
 from deployments.stats import get_board
 from router.errors import RequestError, error_response
-from router.policy import Decision, RequestFeatures
+from router.policy import Decision, RequestFeatures, Unroutable
 
 CONFIG_JSON_ENV = "SPECSERVE_CONFIG_JSON"  # how the RayJob manifest passes the config
 RETRY_BACKOFF_S = 2.0
@@ -147,8 +147,8 @@ class BatchRun:
         except RequestError as e:  # an invalid `route` field: 400, as online
             self._answer(row, e.status, _error_body(e.status, e.message, e.param))
             return
-        except ValueError as e:  # forces a pool the application does not run: 400, as online
-            self._answer(row, 400, _error_body(400, str(e), "route"))
+        except Unroutable as e:  # no pool the application runs may take it: 400, as online
+            self._answer(row, 400, _error_body(400, str(e), e.param))
             return
         route = decision.route
         self._router.start(route)

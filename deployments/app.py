@@ -13,6 +13,8 @@ Example Serve config:
 
 from __future__ import annotations
 
+import uuid
+
 from ray import serve
 from ray.llm._internal.serve.core.configs.openai_api_models import ModelCard
 from ray.serve import Application
@@ -53,6 +55,11 @@ def build_app(args: dict) -> Application:
 def build_app_from_config(cfg: SpecserveConfig, autoscale: bool = False) -> Application:
     """Binds the pools with a replica or more and the ingress in front of them.
 
+    Each call is one build of the application, named by a fresh `generation` in the ingress's
+    arguments: Serve builds once per deploy (`serve run`, `serve deploy` of a changed config, a
+    RayService update) and keeps the arguments across replica and controller restarts, so the
+    runtime pin (deployments/stats.py) lives exactly as long as the deployed application.
+
     Args:
         autoscale: give each pool Serve autoscaling bounds from `cfg.autoscaling` (for
             `deployments.deploy`); False: each pool starts `cfg.initial_replicas(pool)`, fixed.
@@ -69,7 +76,8 @@ def build_app_from_config(cfg: SpecserveConfig, autoscale: bool = False) -> Appl
                                        app=build_fastapi_app(cfg.server.max_body_bytes))
     ingress = serve.deployment(ingress_cls, name="router", num_replicas=1,
                                ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1024)
-    return ingress.bind(pools=pools, model_card=card, config=cfg.model_dump(mode="json"))
+    return ingress.bind(pools=pools, model_card=card, config=cfg.model_dump(mode="json"),
+                        generation=uuid.uuid4().hex)
 
 
 def pool_deployment_config(cfg: SpecserveConfig, pool: str, autoscale: bool) -> dict:

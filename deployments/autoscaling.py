@@ -10,6 +10,7 @@ memory-bound fraction m (deployments/utilization.py), target load T (`target_ong
 
 | pool | condition | wants | reason |
 | --- | --- | --- | --- |
+| any | no replica, requests queued (scaled to zero) | 1, at once (no upscale delay) | `demand` |
 | any | a running replica has not reported | hold | `metrics_missing` |
 | any | Serve is still moving to the last target | hold | `scaling_in_progress` |
 | speculative | L ≥ T and m ≥ memory_bound_high | max(n+1, ⌈nL/T⌉) | `memory_bound_demand` |
@@ -176,6 +177,8 @@ def decide(views: dict[str, PoolView], cfg: AutoscalingConfig, state: dict, now:
             continue
         direction = "up" if wanted[p] > v.target else "down"
         delay = cfg.upscale_delay_s if direction == "up" else cfg.downscale_delay_s
+        if direction == "up" and v.replicas == 0 and v.target == 0:
+            delay = 0.0  # from zero a request is waiting: start at once (as Serve's own policy)
         prev = state.get(p, {})
         since = prev["since"] if prev.get("direction") == direction else now
         if now - since >= delay:

@@ -116,6 +116,10 @@ class PoolServer(LLMServer):
             out[MEMORY_BOUND_METRIC] = reading.memory_bound
         return out
 
+    async def wake(self) -> None:
+        """Nothing. The router calls it on a pool scaled to zero (router/ingress.py `_wake`):
+        Serve holds the call until a replica runs and counts it as demand meanwhile."""
+
     async def engine_stats(self) -> EngineStats:
         """This replica's current engine stats (for tests and debugging)."""
         return self.engine_stats_now()
@@ -137,6 +141,7 @@ class PoolServer(LLMServer):
         task = getattr(self, "_push_task", None)
         if task is not None:
             task.cancel()
+            self._board.forget_engine.remote(self._replica_id)  # gone now, not in 5 s
         try:
             await super().__del__()
         finally:

@@ -30,14 +30,14 @@ from vllm.entrypoints.generate.base.protocol import StreamOptions
 from cluster.config import Route, SpecserveConfig, TaskType, read_config_value
 from deployments.logs import use_serve_log_handlers
 from deployments.stats import PUSH_PERIOD_S, get_board
-from router.admission import admit
+from router.admission import admit, refusal
 from router.auth import OPEN_PATHS, ApiKeys
 from router.decider import RouteDecider, route_headers
 from router.features import max_prompt_tokens, prompt_tokens
 from router.errors import RequestError, error_response, install_error_handlers
 from router.health import REPLICA_FAILURES, PoolHealth, PoolLost, await_unless_gone
 from router.metrics import CONTENT_TYPE, RouterMetrics
-from router.policy import PoolLoad, RequestFeatures
+from router.policy import Decision, PoolLoad, RequestFeatures, Unroutable
 from router.pressure import PressureTracker
 from router.streaming import RelayedStream
 from router.validation import Limits, validate_request
@@ -88,25 +88,33 @@ class SpecserveIngress(OpenAiIngress):
         pools: DeploymentHandle of each configured pool, keyed "vanilla" / "speculative".
         model_card: the served model's card for /v1/models.
         config: `SpecserveConfig.model_dump()` of the application.
+        generation: this build of the application (deployments/app.py); the runtime pin lives
+            as long as it.
     """
 
-    def __init__(self, pools: dict[str, DeploymentHandle], model_card: ModelCard, config: dict):
+    def __init__(self, pools: dict[str, DeploymentHandle], model_card: ModelCard, config: dict,
+                 generation: str = ""):
         super().__init__(llm_deployments={model_card.id: next(iter(pools.values()))},
                          model_cards={model_card.id: model_card})
         self._cfg = SpecserveConfig.model_validate(config)
         if self._cfg.server.api_keys_env:
             ApiKeys.from_env(self._cfg.server.api_keys_env)  # refuse to start without the keys
         self._handles = {pool: h.options(stream=True) for pool, h in pools.items()}
+        self._wake_handles = {pool: h.options(method_name="wake") for pool, h in pools.items()}
+        self._wakes: dict[Route, asyncio.Future] = {}  # pool -> its wake call in flight
         replicas = {pool: self._cfg.initial_replicas(pool) for pool in pools}
         use_serve_log_handlers()
         ctx = serve.get_replica_context()
         self._board = get_board(ctx.app_name)
         self._replica_id = ctx.replica_id.unique_id
         self._pressure = PressureTracker(self._board, self._replica_id, replicas)
-        self._decider = RouteDecider(self._cfg, pools)
+        self._generation = generation
+        self._decider = RouteDecider(self._cfg, pools, generation)
         self._estimator = self._decider.estimator
         self._metrics = RouterMetrics(self._pressure.pool_stats, self._estimator)
-        self._health = PoolHealth()
+        scaling = self._cfg.autoscaling
+        self._health = PoolHealth(scales_to_zero=[
+            p for p in pools if scaling.enabled and scaling.pool(p).min_replicas == 0])
         self._limits = Limits(self._cfg.model.max_model_len,
                               read_config_value(self._cfg.model.path, "vocab_size"),
                               self._cfg.server.max_n)
@@ -117,7 +125,7 @@ class SpecserveIngress(OpenAiIngress):
 
     def _observe(self, snapshot) -> None:
         self._estimator.update_pools(snapshot, self._cfg.router.pools_share_compute)
-        self._health.observe(snapshot)
+        self._health.observe(snapshot, self._pressure.board_age_s)
 
     def _get_configured_serve_handle(self, model_id: str) -> DeploymentHandle:
         return self._handles[_ROUTE.get()]
@@ -128,8 +136,40 @@ class SpecserveIngress(OpenAiIngress):
         loads = self._pressure.loads()
         if not self._cfg.router.pools_share_compute:
             loads = self._estimator.with_step_times(loads)
-        return {pool: dataclasses.replace(load, available=self._health.available(pool))
+        return {pool: dataclasses.replace(load, available=self._health.available(pool),
+                                          asleep=self._health.asleep(pool))
                 for pool, load in loads.items()}
+
+    def _wake(self, pool: Route) -> None:
+        """Makes `pool`, scaled to zero, count as demand: one `PoolServer.wake` call queued at its
+        handle, as Serve counts any request waiting for a deployment at zero replicas (the
+        autoscaling policy then starts one, deployments/autoscaling.py). One call per pool at a
+        time; it ends when a replica answers it."""
+        if pool in self._wakes and not self._wakes[pool].done():
+            return
+        self._metrics.observe_wake(pool)
+        logger.info(json.dumps({"event": "wake", "route": pool}))
+
+        async def call() -> None:
+            try:
+                await self._wake_handles[pool].remote()
+            except Exception as e:  # the next request that wants the pool wakes it again
+                logger.warning(json.dumps({"event": "wake_failed", "route": pool,
+                                           "error": type(e).__name__}))
+
+        self._wakes[pool] = asyncio.ensure_future(call())
+
+    async def _wait_awake(self, pool: Route) -> float | None:
+        """Wakes `pool` and waits until the StatsBoard lists a replica of it, at most
+        `autoscaling.scale_from_zero_wait_s`. Seconds waited, or None on timeout."""
+        self._wake(pool)
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        while self._health.asleep(pool):
+            if loop.time() - t0 >= self._cfg.autoscaling.scale_from_zero_wait_s:
+                return None
+            await asyncio.sleep(PUSH_PERIOD_S)
+        return loop.time() - t0
 
     def _prompt_len(self, body) -> int:
         """The prompt's length in target tokens where a limit depends on it, else a byte bound
@@ -143,10 +183,11 @@ class SpecserveIngress(OpenAiIngress):
             return bound
         return prompt_tokens(body, self._decider.tokenizer)
 
-    def _retry_route(self, failed: Route) -> Route:
-        """Where a request goes after `failed` lost it: the other pool when it is up, else the
-        same pool (Serve picks another of its replicas, if any)."""
-        others = [p for p in self._handles if p != failed and self._health.available(p)]
+    def _retry_route(self, failed: Route, decision: Decision) -> Route:
+        """Where a request goes after `failed` lost it: another pool it may run on when one is
+        up, else the same pool (Serve picks another of its replicas, if any)."""
+        others = [p for p in self._handles if p != failed and decision.may_run_on(p)
+                  and self._health.available(p)]
         return others[0] if others else failed
 
     async def _forward(self, body, call_method: str, raw_request: Request | None,
@@ -186,18 +227,36 @@ class SpecserveIngress(OpenAiIngress):
         validate_request(body, prompt_len, self._limits)
         loads = self._loads()
         retry_after = {"Retry-After": str(self._cfg.server.retry_after_s)}
-        if not any(load.available for load in loads.values()):
+        if not any(load.available or load.asleep for load in loads.values()):
             return error_response(503, "No pool has a live replica; retry later",
                                   headers=retry_after)
         try:
             features, decision = self._decider.decide(body, loads, prompt_len,
                                                       self._cfg.router.pools_share_compute)
-        except ValueError as e:
-            raise RequestError(400, str(e), "route") from None
+        except Unroutable as e:
+            raise RequestError(400, str(e), e.param) from None
+        woken_after_s = None
+        if loads[decision.route].asleep:  # no pool it may run on is up: wake this one, wait
+            woken_after_s = await self._wait_awake(decision.route)
+            if woken_after_s is None:
+                self._metrics.observe_decision(decision.route, "rejected_scaled_to_zero",
+                                               features.task, None)
+                return error_response(
+                    503, f"The {decision.route} pool is scaled to zero and started no replica "
+                    f"within {self._cfg.autoscaling.scale_from_zero_wait_s:g} s; retry later",
+                    headers={**retry_after, "x-specserve-route": decision.route,
+                             "x-specserve-reason": "pool_scaled_to_zero"})
+            loads = self._loads()
+        elif decision.reason == "pool_scaled_to_zero":  # it wanted the other pool: wake that
+            for pool in loads:
+                if pool != decision.route and loads[pool].asleep:
+                    self._wake(pool)
         admitted = admit(decision, loads, self._cfg.server.max_in_flight_per_replica)
         if admitted is None:
-            self._metrics.observe_decision(decision.route, "rejected_overload", features.task, None)
-            return error_response(429, "Both pools are at their in-flight bound; retry later",
+            status, message = refusal(decision, loads)
+            self._metrics.observe_decision(decision.route, "rejected_overload" if status == 429
+                                           else "rejected_unavailable", features.task, None)
+            return error_response(status, message,
                                   headers={**retry_after, "x-specserve-route": decision.route,
                                            "x-specserve-reason": decision.reason})
         decision = admitted
@@ -211,6 +270,8 @@ class SpecserveIngress(OpenAiIngress):
             "speedup": None if decision.speedup is None else round(decision.speedup, 3),
             "in_flight": {p: load.in_flight for p, load in loads.items()}}))
         headers = route_headers(features, decision)
+        if woken_after_s is not None:
+            headers["x-specserve-scaled-from-zero-s"] = f"{woken_after_s:.1f}"
         strip_usage = False
         if route == "speculative" and body.stream and not (
                 body.stream_options and body.stream_options.include_usage):
@@ -225,7 +286,7 @@ class SpecserveIngress(OpenAiIngress):
                 return error_response(e.status_code, e.message, headers=headers)
             except (*REPLICA_FAILURES, PoolLost) as e:
                 self._health.failed(route)
-                retry = self._retry_route(route)
+                retry = self._retry_route(route, decision)
                 logger.warning(json.dumps({"event": "replica_failure", "route": route,
                                            "attempt": attempt, "error": type(e).__name__,
                                            "retry_route": retry if attempt == 1 else None}))
@@ -305,7 +366,7 @@ class SpecserveIngress(OpenAiIngress):
     async def put_policy(self, request: Request) -> Response:
         """Sets the runtime pin for every ingress replica: body `{"pin": "auto" | "speculative" |
         "vanilla" | null}` (null returns to the config's `router.pin`). Reaches the other replicas
-        within ~1 s; lost when the application restarts. 400 on a bad body."""
+        within ~1 s; lost when the application is redeployed or deleted. 400 on a bad body."""
         try:
             body = await request.json()
         except ValueError:
@@ -316,7 +377,7 @@ class SpecserveIngress(OpenAiIngress):
             self._decider.set_pin(body["pin"])
         except ValueError as e:
             return error_response(400, str(e), param="pin")
-        await self._board.set_pin.remote(body["pin"])
+        await self._board.set_pin.remote(body["pin"], self._generation)
         # again once the board has it: a board read issued before that ack, by this replica's
         # share loop, must not put the old pin back
         self._decider.set_pin(body["pin"])
