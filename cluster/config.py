@@ -6,6 +6,39 @@ The same `SpecserveConfig` renders the Serve application (`deployments.app.build
 
     speculative.speculator.model: Field required for method 'draft_model'
 
+A config that validates must start: what vLLM 0.32 or Ray Serve 2.60 checks at start is checked
+here first (tests/test_config_sweep.py runs their checks on each boundary). Field: constraint
+(enforced by) -> where specserve refuses it:
+
+- model.max_model_len: <= the target's max_position_embeddings (ModelConfig) -> check_checkpoints
+- model.dtype: vLLM's dtypes (ModelConfig) -> Literal
+- <pool>.tensor_parallel_size: divides the target's attention heads
+  (ModelConfig.verify_with_parallel_config) -> check_checkpoints; 1 on CPU -> PoolConfig
+- <pool>.max_num_seqs: <= max_num_batched_tokens (SchedulerConfig) -> PoolConfig
+- <pool>.gpu_memory_utilization: in (0, 1] (CacheConfig) -> Field
+- <pool>.engine_kwargs: AsyncEngineArgs names, none the config sets (EngineArgs) ->
+  deployments/pools.py check_engine_kwargs, at app build
+- speculator.model: required but for ngram (SpeculativeConfig) -> SpeculatorConfig; same vocab
+  as the target (verify_equal_vocab_size_if_draft_model) -> check_speculator_matches_target
+- speculator.num_speculative_tokens: > 0 (SpeculativeConfig) -> Field; Medusa: <= its num_heads
+  (weight loading at engine start) -> check_checkpoints
+- speculator.prompt_lookup_min/max: min <= max (SpeculativeConfig) -> SpeculatorConfig
+- speculator.max_model_len: <= model.max_model_len and <= the speculator's max_position_embeddings
+  (SpeculativeConfig, the draft's ModelConfig) -> SpecserveConfig, check_checkpoints
+- speculator.draft_tensor_parallel_size: 1 or the target's TP (SpeculativeConfig), draft_model:
+  the target's (DraftModelProposer at engine start) -> SpeculativePoolConfig; unset for ngram
+- speculator.num_speculative_tokens_per_batch_size: ranges from 1, ordered, disjoint, k >= 0
+  (the scheduler at engine start) -> SpeculatorConfig
+- autoscaling.<pool>.min/max_replicas: 0 <= min <= max, max >= 1 (Serve AutoscalingConfig) ->
+  PoolScalingConfig; target_ongoing_requests, metrics_interval_s, look_back_period_s > 0 and
+  look_back_period_s > metrics_interval_s (Serve; the last warns, will raise) -> AutoscalingConfig
+- server.port: 1..65535 (Serve HTTPOptions) -> Field
+- kubernetes.workers.<pool>: pods hold the pool at its largest (num_replicas, or
+  autoscaling.<pool>.max_replicas) -> cluster/kuberay.py check_fit
+
+Not checked: that a model folder exists on the node that serves (paths may be the cluster's),
+and that cpu_kvcache_space_gib / gpu_memory_utilization fit the node's memory.
+
 Example:
     >>> cfg = SpecserveConfig.from_yaml("cluster/default.yaml")
     >>> cfg.speculative.speculator.method
@@ -90,6 +123,28 @@ class SpeculatorConfig(_Strict):
         "entries (first batch, last batch, k) choose k by the running batch, k = 0 turning "
         "speculation off. Unset: k = num_speculative_tokens at every batch. specserve routes "
         "between pools instead; this field exists to compare against that peer (bench/).")
+
+    @model_validator(mode="after")
+    def _check_schedule(self) -> SpeculatorConfig:
+        # vLLM 0.32 validate_and_normalize_dynamic_sd_schedule, run by the scheduler at start
+        schedule = self.num_speculative_tokens_per_batch_size
+        if schedule is None:
+            return self
+        where = "num_speculative_tokens_per_batch_size"
+        if not schedule:
+            raise ValueError(f"{where}: must not be empty")
+        end = 0
+        for first, last, k in sorted(schedule):
+            if not 0 < first <= last or k < 0:
+                raise ValueError(f"{where}: entry {(first, last, k)} needs 0 < first <= last "
+                                 "and k >= 0")
+            if first <= end:
+                raise ValueError(f"{where}: batch ranges overlap at {first}")
+            end = last
+        if min(schedule)[0] != 1:
+            raise ValueError(f"{where}: the first batch range must start at 1, got "
+                             f"{min(schedule)[0]}")
+        return self
 
     @model_validator(mode="after")
     def _check_model(self) -> SpeculatorConfig:
