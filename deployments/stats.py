@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import ray
 from ray import serve
+from ray.serve.exceptions import RayServeException
 
 PUSH_PERIOD_S = 0.5
 STALE_AFTER_S = 5.0
@@ -206,8 +207,11 @@ class StatsBoard:
             time.sleep(APP_GONE_AFTER_S)
             try:
                 listed = app_name in serve.status().applications
-            except Exception:  # no Serve instance running: the application is gone
+            except RayServeException:  # no Serve instance running: the application is gone
                 listed = False
+            except Exception:  # the controller unreachable for now: no conclusion
+                logger.exception("Serve status unavailable")
+                continue
             missing = 0 if listed else missing + 1
             if missing >= 2:
                 logger.info("application %r is gone: removing its stats board", app_name)
