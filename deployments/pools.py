@@ -24,7 +24,7 @@ from vllm.v1.metrics.reader import get_metrics_snapshot
 
 from cluster.config import ConfigError, ModelConfig, PoolConfig, SpeculativePoolConfig, \
     resolve_path
-from deployments.autoscaler import MEMORY_BOUND_METRIC, WAITING_METRIC
+from deployments.autoscaler import BUSY_METRIC, MEMORY_BOUND_METRIC, WAITING_METRIC
 from deployments.logs import use_serve_log_handlers
 from deployments.profile import PROFILE_PROMPT, profile_batches, profile_step_times
 from deployments.stats import PUSH_PERIOD_S, EngineStats, busy_window_samples, get_board
@@ -69,6 +69,7 @@ class PoolServer(LLMServer):
         self._steps = StepTimeModel()
         self._steps.load_profile(self._profile)
         self._last_stats = EngineStats()
+        self._recorded_outputs = 0  # generation_tokens at the last record_autoscaling_stats
         self._utilization = make_source(
             utilization_source, model=self._steps, dcgm_url=dcgm_exporter_url,
             running_batch=lambda: self._last_stats.num_requests_running)
@@ -108,9 +109,14 @@ class PoolServer(LLMServer):
 
     async def record_autoscaling_stats(self) -> dict[str, float]:
         """Custom autoscaling stats Ray Serve collects every `metrics_interval_s` for the
-        application's policy (deployments/autoscaler.py): requests waiting in the engine and,
-        when the utilization source can tell, the memory-bound fraction."""
-        out = {WAITING_METRIC: float(self._last_stats.num_requests_waiting)}
+        application's policy (deployments/autoscaler.py): requests waiting in the engine, whether
+        it produced output since the last call (1.0 / 0.0: short requests between two samples
+        of Serve's in-flight gauge are work all the same) and, when the utilization source can
+        tell, the memory-bound fraction."""
+        stats = self._last_stats
+        busy = stats.generation_tokens != self._recorded_outputs
+        self._recorded_outputs = stats.generation_tokens
+        out = {WAITING_METRIC: float(stats.num_requests_waiting), BUSY_METRIC: float(busy)}
         reading = await asyncio.to_thread(self._utilization.read)  # DCGM reads over HTTP
         if reading is not None:
             out[MEMORY_BOUND_METRIC] = reading.memory_bound

@@ -239,13 +239,7 @@ class SpecserveIngress(OpenAiIngress):
         if loads[decision.route].asleep:  # no pool it may run on is up: wake this one, wait
             woken_after_s = await self._wait_awake(decision.route)
             if woken_after_s is None:
-                self._metrics.observe_decision(decision.route, "rejected_scaled_to_zero",
-                                               features.task, None)
-                return error_response(
-                    503, f"The {decision.route} pool is scaled to zero and started no replica "
-                    f"within {self._cfg.autoscaling.scale_from_zero_wait_s:g} s; retry later",
-                    headers={**retry_after, "x-specserve-route": decision.route,
-                             "x-specserve-reason": "pool_scaled_to_zero"})
+                return self._not_woken(decision.route, features)
             loads = self._loads()
         elif decision.reason == "pool_scaled_to_zero":  # it wanted the other pool: wake that
             for pool in loads:
@@ -294,6 +288,8 @@ class SpecserveIngress(OpenAiIngress):
                     return error_response(503, f"The {route} pool lost the request twice; retry "
                                           "later", headers={**headers, **retry_after})
                 headers["x-specserve-retried"] = "1"
+                if self._health.asleep(retry) and await self._wait_awake(retry) is None:
+                    return self._not_woken(retry, features)  # it scaled to zero meanwhile
                 if retry != route:
                     headers.update({"x-specserve-route": retry,
                                     "x-specserve-reason": "pool_unavailable"})
@@ -307,6 +303,15 @@ class SpecserveIngress(OpenAiIngress):
         if route == "speculative" and isinstance(response, JSONResponse):
             self._learn(json.loads(response.body), features)
         return response
+
+    def _not_woken(self, pool: Route, features: RequestFeatures) -> Response:
+        """503 for a request that waited `autoscaling.scale_from_zero_wait_s` for `pool`."""
+        self._metrics.observe_decision(pool, "rejected_scaled_to_zero", features.task, None)
+        return error_response(
+            503, f"The {pool} pool is scaled to zero and started no replica within "
+            f"{self._cfg.autoscaling.scale_from_zero_wait_s:g} s; retry later",
+            headers={"Retry-After": str(self._cfg.server.retry_after_s),
+                     "x-specserve-route": pool, "x-specserve-reason": "pool_scaled_to_zero"})
 
     def _learn(self, payload: dict, features: RequestFeatures) -> None:
         self._decider.learn(features, payload)

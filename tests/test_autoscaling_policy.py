@@ -185,3 +185,15 @@ def test_a_pool_at_zero_starts_at_once_when_a_request_waits_and_goes_back_when_i
     assert d["speculative"].pending
     d, state = decide({"speculative": view(1, ongoing=0), "vanilla": view(1)}, cfg, state, now=12.0)
     assert (d["speculative"].replicas, d["speculative"].reason) == (0, "drained")
+
+
+def test_a_pool_serving_short_requests_is_not_drained():
+    # Serve's sampled in-flight count reads 0 between short requests; the engine's output says
+    # the pool works (PoolServer.record_autoscaling_stats `busy`)
+    cfg = CFG.model_copy(update={"vanilla": PoolScalingConfig(min_replicas=0, max_replicas=2)})
+    working = PoolView(replicas=1, target=1, ongoing=0.0, waiting=0.0, memory_bound=0.5, busy=0.4)
+    d, _ = decide({"vanilla": working}, cfg, {}, now=0.0)
+    assert (d["vanilla"].wanted, d["vanilla"].reason) == (1, "steady")
+    idle = PoolView(replicas=1, target=1, ongoing=0.0, waiting=0.0, memory_bound=0.5, busy=0.0)
+    d, _ = decide({"vanilla": idle}, cfg, {}, now=0.0)
+    assert (d["vanilla"].wanted, d["vanilla"].reason) == (0, "drained")
