@@ -288,8 +288,11 @@ class SpecserveIngress(OpenAiIngress):
                     return error_response(503, f"The {route} pool lost the request twice; retry "
                                           "later", headers={**headers, **retry_after})
                 headers["x-specserve-retried"] = "1"
-                if self._health.asleep(retry) and await self._wait_awake(retry) is None:
-                    return self._not_woken(retry, features)  # it scaled to zero meanwhile
+                if self._health.asleep(retry):  # it scaled to zero meanwhile: wake it, wait
+                    waited = await self._wait_awake(retry)
+                    if waited is None:
+                        return self._not_woken(retry, features)
+                    headers["x-specserve-scaled-from-zero-s"] = f"{waited:.1f}"
                 if retry != route:
                     headers.update({"x-specserve-route": retry,
                                     "x-specserve-reason": "pool_unavailable"})
