@@ -124,7 +124,8 @@ def _targets(results, cells, sweep, rates) -> list[str]:
                    f"(1-token requests, {o['requests']} each, {o.get('concurrency', 1)} at a "
                    f"time): p50 {o['overhead_p50_ms']} ms, p99 {o['overhead_p99_ms']} ms "
                    f"(target p99 < 2 ms); latencies specserve p50/p99 {o['specserve_p50_ms']}/"
-                   f"{o['specserve_p99_ms']} ms, stock {o['direct_p50_ms']}/{o['direct_p99_ms']} ms")
+                   f"{o['specserve_p99_ms']} ms, stock {o['direct_p50_ms']}/"
+                   f"{o['direct_p99_ms']} ms")
     return [line for line in out if line]
 
 

@@ -89,11 +89,19 @@ class AutoscalingConfig(_Strict):
     look_back_period_s: float = Field(
         10.0, gt=0, description="Window over which Serve averages reported stats before the "
         "policy sees them.")
+    scale_from_zero_wait_s: float = Field(
+        120.0, gt=0, description="A pool with min_replicas 0 that has scaled to zero starts a "
+        "replica when a request wants it. Such a request goes to the other pool when it may run "
+        "there (reason `pool_scaled_to_zero`); otherwise it waits this long for the first "
+        "replica, then gets 503 with Retry-After. Cover a replica's cold start.")
 
     @model_validator(mode="after")
     def _check(self) -> AutoscalingConfig:
         if self.memory_bound_low >= self.memory_bound_high:
             raise ValueError("memory_bound_low: must be < memory_bound_high")
+        if self.look_back_period_s <= self.metrics_interval_s:  # Ray Serve 2.60 warns, will raise
+            raise ValueError(f"look_back_period_s: {self.look_back_period_s:g} must be above "
+                             f"metrics_interval_s {self.metrics_interval_s:g}")
         return self
 
     def pool(self, name: str) -> PoolScalingConfig:

@@ -35,10 +35,10 @@ from router.decider import route_headers
 from cluster.batch_rows import BatchRow, Endpoint, RowError, count_lines, read_rows
 from cluster.batch_submit import submit
 from cluster.batch_summary import BatchStats, progress_line, summary_text
-from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig, check_speculator_matches_target
+from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig, check_checkpoints
 from deployments.stats import get_board
 from router.errors import RequestError, error_response
-from router.policy import Decision, RequestFeatures
+from router.policy import Decision, RequestFeatures, Unroutable
 
 CONFIG_JSON_ENV = "SPECSERVE_CONFIG_JSON"  # how the RayJob manifest passes the config
 RETRY_BACKOFF_S = 2.0
@@ -91,7 +91,7 @@ def load_config(path: str | None) -> SpecserveConfig:
                                         source=f"${CONFIG_JSON_ENV}")
     else:
         cfg = SpecserveConfig.from_yaml(path or DEFAULT_CONFIG_PATH)
-    check_speculator_matches_target(cfg)
+    check_checkpoints(cfg)
     return cfg
 
 
@@ -147,8 +147,8 @@ class BatchRun:
         except RequestError as e:  # an invalid `route` field: 400, as online
             self._answer(row, e.status, _error_body(e.status, e.message, e.param))
             return
-        except ValueError as e:  # forces a pool not configured, or a lossy one at T > 0: as online
-            self._answer(row, 400, _error_body(400, str(e), getattr(e, "param", "route")))
+        except Unroutable as e:  # no pool the application runs may take it: 400, as online
+            self._answer(row, 400, _error_body(400, str(e), e.param))
             return
         route = decision.route
         self._router.start(route)

@@ -129,7 +129,7 @@ class BatchRouter:
 
         Raises:
             RequestError: the `route` field is invalid.
-            ValueError: the row forces a pool the application does not run.
+            Unroutable: no pool the application runs may take the row (router/policy.py).
         """
         return self._decider.decide(body, self.loads())
 

@@ -22,14 +22,14 @@ import time
 from cluster import kube_cli
 from cluster.engine_reaper import engine_processes, reap
 from cluster.config import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, ConfigError, SpecserveConfig, \
-    check_speculator_matches_target
+    check_checkpoints
 
 APP_NAME = "specserve"
 
 
 def _load(path: str) -> SpecserveConfig:
     cfg = SpecserveConfig.from_yaml(path)
-    check_speculator_matches_target(cfg)
+    check_checkpoints(cfg)
     return cfg
 
 

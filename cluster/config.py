@@ -6,6 +6,39 @@ The same `SpecserveConfig` renders the Serve application (`deployments.app.build
 
     speculative.speculator.model: Field required for method 'draft_model'
 
+A config that validates must start: what vLLM 0.32 or Ray Serve 2.60 checks at start is checked
+here first (tests/test_config_sweep.py runs their checks on each boundary). Field: constraint
+(enforced by) -> where specserve refuses it:
+
+- model.max_model_len: <= the target's max_position_embeddings (ModelConfig) -> check_checkpoints
+- model.dtype: vLLM's dtypes (ModelConfig) -> Literal
+- <pool>.tensor_parallel_size: divides the target's attention heads
+  (ModelConfig.verify_with_parallel_config) -> check_checkpoints; 1 on CPU -> PoolConfig
+- <pool>.max_num_seqs: <= max_num_batched_tokens (SchedulerConfig) -> PoolConfig
+- <pool>.gpu_memory_utilization: in (0, 1] (CacheConfig) -> Field
+- <pool>.engine_kwargs: AsyncEngineArgs names, none the config sets (EngineArgs) ->
+  deployments/pools.py check_engine_kwargs, at app build
+- speculator.model: required but for ngram (SpeculativeConfig) -> SpeculatorConfig; same vocab
+  as the target (verify_equal_vocab_size_if_draft_model) -> check_speculator_matches_target
+- speculator.num_speculative_tokens: > 0 (SpeculativeConfig) -> Field; Medusa: <= its num_heads
+  (weight loading at engine start) -> check_checkpoints
+- speculator.prompt_lookup_min/max: min <= max (SpeculativeConfig) -> SpeculatorConfig
+- speculator.max_model_len: <= model.max_model_len and <= the speculator's max_position_embeddings
+  (SpeculativeConfig, the draft's ModelConfig) -> SpecserveConfig, check_checkpoints
+- speculator.draft_tensor_parallel_size: 1 or the target's TP (SpeculativeConfig), draft_model:
+  the target's (DraftModelProposer at engine start) -> SpeculativePoolConfig; unset for ngram
+- speculator.num_speculative_tokens_per_batch_size: ranges from 1, ordered, disjoint, k >= 0
+  (the scheduler at engine start) -> SpeculatorConfig
+- autoscaling.<pool>.min/max_replicas: 0 <= min <= max, max >= 1 (Serve AutoscalingConfig) ->
+  PoolScalingConfig; target_ongoing_requests, metrics_interval_s, look_back_period_s > 0 and
+  look_back_period_s > metrics_interval_s (Serve; the last warns, will raise) -> AutoscalingConfig
+- server.port: 1..65535 (Serve HTTPOptions) -> Field
+- kubernetes.workers.<pool>: pods hold the pool at its largest (num_replicas, or
+  autoscaling.<pool>.max_replicas) -> cluster/kuberay.py check_fit
+
+Not checked: that a model folder exists on the node that serves (paths may be the cluster's),
+and that cpu_kvcache_space_gib / gpu_memory_utilization fit the node's memory.
+
 Example:
     >>> cfg = SpecserveConfig.from_yaml("cluster/default.yaml")
     >>> cfg.speculative.speculator.method
@@ -99,6 +132,28 @@ class SpeculatorConfig(_Strict):
         "between pools instead; this field exists to compare against that peer (bench/).")
 
     @model_validator(mode="after")
+    def _check_schedule(self) -> SpeculatorConfig:
+        # vLLM 0.32 validate_and_normalize_dynamic_sd_schedule, run by the scheduler at start
+        schedule = self.num_speculative_tokens_per_batch_size
+        if schedule is None:
+            return self
+        where = "num_speculative_tokens_per_batch_size"
+        if not schedule:
+            raise ValueError(f"{where}: must not be empty")
+        end = 0
+        for first, last, k in sorted(schedule):
+            if not 0 < first <= last or k < 0:
+                raise ValueError(f"{where}: entry {(first, last, k)} needs 0 < first <= last "
+                                 "and k >= 0")
+            if first <= end:
+                raise ValueError(f"{where}: batch ranges overlap at {first}")
+            end = last
+        if min(schedule)[0] != 1:
+            raise ValueError(f"{where}: the first batch range must start at 1, got "
+                             f"{min(schedule)[0]}")
+        return self
+
+    @model_validator(mode="after")
     def _check_model(self) -> SpeculatorConfig:
         if self.method == "ngram":
             if self.model is not None:
@@ -175,11 +230,45 @@ class PoolConfig(_Strict):
             raise ValueError("tensor_parallel_size: must be 1 when accelerator is 'cpu'")
         return self
 
+    @model_validator(mode="after")
+    def _check_batch(self) -> PoolConfig:
+        # vLLM 0.32 SchedulerConfig.verify_max_model_len: max_num_batched_tokens >= max_num_seqs;
+        # its OpenAI-server default is 2048 on CPU (x tp) and on GPUs below 70 GiB, more above.
+        tokens = self.engine_kwargs.get("max_num_batched_tokens")
+        bound = tokens if isinstance(tokens, int) else 2048 * self.tensor_parallel_size
+        if self.max_num_seqs > bound:
+            raise ValueError(f"max_num_seqs: {self.max_num_seqs} is above vLLM's "
+                             f"max_num_batched_tokens {bound}" + (
+                                 "" if tokens else " (its default; set engine_kwargs."
+                                 "max_num_batched_tokens to raise it)"))
+        return self
+
 
 class SpeculativePoolConfig(PoolConfig):
     """The speculative pool: the same target plus a speculator."""
 
     speculator: SpeculatorConfig = Field(description="The speculator this pool's engines use.")
+
+    @model_validator(mode="after")
+    def _check_draft_tp(self) -> SpeculativePoolConfig:
+        # vLLM 0.32: SpeculativeConfig._verify_and_get_draft_tp allows 1 or the target's TP;
+        # DraftModelProposer._raise_if_draft_tp_mismatch (engine start) needs the target's for
+        # draft_model; ngram has no draft model and ignores it.
+        spec, tp = self.speculator, self.tensor_parallel_size
+        draft_tp = spec.draft_tensor_parallel_size
+        if draft_tp is None:
+            return self
+        where = "speculator.draft_tensor_parallel_size"
+        if spec.method == "ngram":
+            raise ValueError(f"{where}: must be unset for method 'ngram' (no draft model), "
+                             f"got {draft_tp}")
+        if spec.method == "draft_model" and draft_tp != tp:
+            raise ValueError(f"{where}: {draft_tp} must equal speculative.tensor_parallel_size "
+                             f"{tp} for method 'draft_model' (vLLM 0.32)")
+        if draft_tp not in (1, tp):
+            raise ValueError(f"{where}: {draft_tp} must be 1 or speculative."
+                             f"tensor_parallel_size {tp}")
+        return self
 
 
 class RouterConfig(_Strict):
@@ -263,6 +352,15 @@ class SpecserveConfig(_Strict):
                                    "rendering (cluster/kuberay.py); unused by `specserve serve`.")
 
     @model_validator(mode="after")
+    def _check_speculator_context(self) -> SpecserveConfig:
+        # vLLM 0.32 SpeculativeConfig._maybe_override_draft_max_model_len
+        spec_len, target_len = self.speculative.speculator.max_model_len, self.model.max_model_len
+        if spec_len is not None and spec_len > target_len:
+            raise ValueError(f"speculative.speculator.max_model_len: {spec_len} is above "
+                             f"model.max_model_len {target_len}")
+        return self
+
+    @model_validator(mode="after")
     def _check_pools(self) -> SpecserveConfig:
         if self.vanilla.num_replicas == 0 and self.speculative.num_replicas == 0:
             raise ValueError("vanilla.num_replicas: at least one pool needs a replica")
@@ -319,7 +417,8 @@ def format_validation_error(err: ValidationError, source: str) -> str:
         loc = [str(p) for p in e["loc"]]
         msg = e["msg"].removeprefix("Value error, ")
         field, sep, rest = msg.partition(": ")
-        if e["type"] == "value_error" and sep and field.isidentifier():  # model-level validator
+        if e["type"] == "value_error" and sep and all(  # model-level validator
+                part.isidentifier() for part in field.split(".")):
             loc, msg = loc + [field], rest
         lines.append(f"{source}: {'.'.join(loc) + ': ' if loc else ''}{msg}")
     return "\n".join(lines)
@@ -333,6 +432,67 @@ def read_config_value(model_path: str, key: str) -> int | None:
         return None
     data = json.loads(cfg.read_text())
     return data.get(key) or data.get("text_config", {}).get(key)
+
+
+def checkpoint_context(model_path: str) -> int | None:
+    """The context vLLM derives from a local checkpoint: its `max_position_embeddings`; None when
+    not local, absent, or RoPE-scaled (a `factor` in `rope_scaling` / `rope_parameters`, which
+    vLLM applies by rope type)."""
+    for key in ("rope_scaling", "rope_parameters"):
+        rope = read_config_value(model_path, key)
+        if isinstance(rope, dict) and "factor" in rope:
+            return None
+    return read_config_value(model_path, "max_position_embeddings")
+
+
+def check_checkpoints(cfg: SpecserveConfig) -> None:
+    """Refuses, before any replica starts, what vLLM 0.32 would refuse at engine start about the
+    checkpoints on this machine (each check skipped when its checkpoint is not local):
+
+    - `model.max_model_len` above the target's context (ModelConfig `_get_and_verify_max_len`);
+    - a pool's `tensor_parallel_size` that does not divide the target's attention heads
+      (ModelConfig.verify_with_parallel_config);
+    - `speculative.speculator.max_model_len` above the speculator checkpoint's context (the draft's
+      ModelConfig; for EAGLE heads too);
+    - Medusa `num_speculative_tokens` above the checkpoint's `num_heads` (vLLM builds k heads and
+      fails to load the missing ones);
+    - a speculator vocabulary other than the target's (`check_speculator_matches_target`).
+
+    Raises:
+        ConfigError: one line per problem, naming the field and both values.
+    """
+    errors = []
+    target_len = checkpoint_context(cfg.model.path)
+    if target_len is not None and cfg.model.max_model_len > target_len:
+        errors.append(f"model.max_model_len: {cfg.model.max_model_len} is above the target "
+                      f"checkpoint's max_position_embeddings {target_len} "
+                      f"({resolve_path(cfg.model.path)})")
+    heads = read_config_value(cfg.model.path, "num_attention_heads")
+    for pool in cfg.pools():
+        tp = getattr(cfg, pool).tensor_parallel_size
+        if heads and heads % tp:
+            errors.append(f"{pool}.tensor_parallel_size: {tp} does not divide the target's "
+                          f"num_attention_heads {heads}")
+    spec = cfg.speculative.speculator
+    if spec.method != "ngram" and "speculative" in cfg.pools():
+        draft_len = checkpoint_context(spec.model)
+        if spec.max_model_len is not None and draft_len is not None and (
+                spec.max_model_len > draft_len):
+            errors.append(f"speculative.speculator.max_model_len: {spec.max_model_len} is above "
+                          f"the speculator checkpoint's max_position_embeddings {draft_len} "
+                          f"({resolve_path(spec.model)})")
+        medusa_heads = (read_config_value(spec.model, "num_heads")
+                        or read_config_value(spec.model, "medusa_num_heads"))
+        if spec.method == "medusa" and medusa_heads and spec.num_speculative_tokens > medusa_heads:
+            errors.append(f"speculative.speculator.num_speculative_tokens: "
+                          f"{spec.num_speculative_tokens} is above the Medusa checkpoint's "
+                          f"num_heads {medusa_heads}")
+    try:
+        check_speculator_matches_target(cfg)
+    except ConfigError as e:
+        errors.append(str(e))
+    if errors:
+        raise ConfigError("\n".join(errors))
 
 
 def check_speculator_matches_target(cfg: SpecserveConfig) -> None:

@@ -32,6 +32,9 @@ MANIFESTS_DIR = Path(__file__).resolve().parent.parent / "manifests"
 def check_fit(cfg: SpecserveConfig) -> None:
     """Refuses pools that their worker pods cannot host, and model paths outside the models volume.
 
+    A pool's largest size is `autoscaling.<pool>.max_replicas` when autoscaling is on (the policy
+    may grow it that far), else its `num_replicas`.
+
     Raises:
         ConfigError: one line per problem, each naming its field.
     """
@@ -44,11 +47,13 @@ def check_fit(cfg: SpecserveConfig) -> None:
         except ValueError as e:
             errors.append(str(e))
             continue
-        pods = math.ceil(pool.num_replicas / per_pod)
+        field, most = f"{name}.num_replicas", pool.num_replicas
+        if cfg.autoscaling.enabled and name in cfg.pools():
+            field, most = f"autoscaling.{name}.max_replicas", cfg.autoscaling.pool(name).max_replicas
+        pods = math.ceil(most / per_pod)
         if pods > group.max_replicas:
-            errors.append(f"{where}.max_replicas: {name}.num_replicas {pool.num_replicas} needs "
-                          f"{pods} pods of {per_pod} replica(s), above max_replicas "
-                          f"{group.max_replicas}")
+            errors.append(f"{where}.max_replicas: {field} {most} needs {pods} pods of "
+                          f"{per_pod} replica(s), above max_replicas {group.max_replicas}")
     mount = cfg.kubernetes.models_mount_path.rstrip("/") + "/"
     paths = [("model.path", cfg.model.path),
              ("speculative.speculator.model", cfg.speculative.speculator.model)]

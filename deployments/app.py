@@ -13,12 +13,14 @@ Example Serve config:
 
 from __future__ import annotations
 
+import uuid
+
 from ray import serve
 from ray.llm._internal.serve.core.configs.openai_api_models import ModelCard
 from ray.serve import Application
 from ray.serve.llm.ingress import make_fastapi_ingress
 
-from cluster.config import ConfigError, SpecserveConfig, check_speculator_matches_target
+from cluster.config import ConfigError, SpecserveConfig, check_checkpoints
 from deployments.pools import build_pool
 from router.ingress import ENDPOINTS, SpecserveIngress, build_fastapi_app
 
@@ -27,14 +29,15 @@ def load_config(args: dict) -> SpecserveConfig:
     """`args` is `{"config_path": FILE}` or the config's fields inline.
 
     Raises:
-        ConfigError: the config is invalid (names the field) or its draft's vocab differs.
+        ConfigError: the config is invalid (names the field) or does not fit its local
+            checkpoints (`check_checkpoints`: context, heads, vocab).
     """
     args = dict(args or {})
     path = args.pop("config_path", None)
     if path is not None and args:
         raise ValueError(f"args: give config_path or inline fields, not both (got {sorted(args)})")
     cfg = SpecserveConfig.from_yaml(path) if path else SpecserveConfig.from_dict(args, "args")
-    check_speculator_matches_target(cfg)
+    check_checkpoints(cfg)
     return cfg
 
 
@@ -51,6 +54,11 @@ def build_app(args: dict) -> Application:
 
 def build_app_from_config(cfg: SpecserveConfig, autoscale: bool = False) -> Application:
     """Binds the pools with a replica or more and the ingress in front of them.
+
+    Each call is one build of the application, named by a fresh `generation` in the ingress's
+    arguments: Serve builds once per deploy (`serve run`, `serve deploy` of a changed config, a
+    RayService update) and keeps the arguments across replica and controller restarts, so the
+    runtime pin (deployments/stats.py) lives exactly as long as the deployed application.
 
     Args:
         autoscale: give each pool Serve autoscaling bounds from `cfg.autoscaling` (for
@@ -73,7 +81,8 @@ def build_app_from_config(cfg: SpecserveConfig, autoscale: bool = False) -> Appl
                                        app=build_fastapi_app(cfg.server))
     ingress = serve.deployment(ingress_cls, name="router", num_replicas=1,
                                ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1024)
-    return ingress.bind(pools=pools, model_card=card, config=cfg.model_dump(mode="json"))
+    return ingress.bind(pools=pools, model_card=card, config=cfg.model_dump(mode="json"),
+                        generation=uuid.uuid4().hex)
 
 
 def check_fits_node(cfg: SpecserveConfig) -> None:

@@ -7,7 +7,7 @@ delays in the policy). This class only translates: contexts → `PoolView`s → 
 `deployments.autoscaling.decide` → replica counts. It is a class so that Serve instantiates it
 once with `policy_kwargs` (the JSON config) and its recorder lives across ticks.
 
-Replicas report `waiting` and `memory_bound` through `record_autoscaling_stats`
+Replicas report `waiting`, `busy` and `memory_bound` through `record_autoscaling_stats`
 (deployments/pools.py); Serve averages them over `look_back_period_s` per replica
 (`ctx.aggregated_metrics`). A running replica with no report yet makes its pool hold.
 
@@ -33,6 +33,7 @@ from deployments.stats import get_board
 logger = logging.getLogger("ray.serve")
 
 WAITING_METRIC = "specserve_waiting"  # requests waiting in the replica's engine
+BUSY_METRIC = "specserve_busy"  # 1.0: the engine produced output since the last report
 MEMORY_BOUND_METRIC = "specserve_memory_bound"  # memory-bound fraction, 0..1
 _STATE_KEY = "specserve"
 _BOARD_PERIOD_S = 1.0
@@ -51,12 +52,14 @@ def pool_view(ctx, tensor_parallel_size: int) -> PoolView:
     """One pool's `PoolView` from its Serve `AutoscalingContext`."""
     waiting = _mean_over_running(ctx, WAITING_METRIC)
     mem = _mean_over_running(ctx, MEMORY_BOUND_METRIC)
+    busy = _mean_over_running(ctx, BUSY_METRIC)
     return PoolView(
         replicas=ctx.current_num_replicas, target=ctx.target_num_replicas,
         ongoing=float(ctx.total_num_requests),
         waiting=None if waiting is None else waiting[0],
         memory_bound=None if mem is None or mem[1] == 0 else mem[0] / mem[1],
-        tensor_parallel_size=tensor_parallel_size)
+        tensor_parallel_size=tensor_parallel_size,
+        busy=None if busy is None or busy[1] == 0 else busy[0] / busy[1])
 
 
 class PoolAutoscaler:

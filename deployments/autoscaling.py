@@ -10,6 +10,7 @@ memory-bound fraction m (deployments/utilization.py), target load T (`target_ong
 
 | pool | condition | wants | reason |
 | --- | --- | --- | --- |
+| any | no replica, requests queued (scaled to zero) | 1, at once (no upscale delay) | `demand` |
 | any | a running replica has not reported | hold | `metrics_missing` |
 | any | Serve is still moving to the last target | hold | `scaling_in_progress` |
 | speculative | L ≥ T and m ≥ memory_bound_high | max(n+1, ⌈nL/T⌉) | `memory_bound_demand` |
@@ -17,7 +18,7 @@ memory-bound fraction m (deployments/utilization.py), target load T (`target_ong
 | speculative | L ≥ T or Q ≥ Q_high, m between the thresholds | hold | `hysteresis` |
 | vanilla | Q ≥ Q_high / L ≥ T | max(n+1, ⌈nL/T⌉) | `queue_building` / `demand` |
 | vanilla | speculative pool is compute-bound under load | n+1 | `shift_from_speculative` |
-| any | nothing in flight | min_replicas | `drained` |
+| any | nothing in flight, no output in the window | min_replicas | `drained` |
 | any | nL / (n−1) ≤ downscale_load_fraction·T | ⌈nL / (fraction·T)⌉ | `underloaded` |
 | any | otherwise | hold | `steady` |
 
@@ -53,6 +54,8 @@ class PoolView:
         memory_bound: mean memory-bound fraction of the pool's replicas in [0, 1]; None when a
             running replica has not reported it.
         tensor_parallel_size: accelerators one replica holds.
+        busy: fraction of the window's reports in which the pool's engines produced output, in
+            [0, 1] (short requests that Serve's sampled in-flight count misses); None: unknown.
     """
 
     replicas: int
@@ -61,6 +64,7 @@ class PoolView:
     waiting: float | None
     memory_bound: float | None
     tensor_parallel_size: int = 1
+    busy: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +118,7 @@ def _wants(name: str, v: PoolView, cfg: AutoscalingConfig,
             return grow, "queue_building" if queued else "demand"
         if spec_compute_bound:
             return n + 1, "shift_from_speculative"
-    if v.ongoing <= 0:
+    if v.ongoing <= 0 and not v.busy:
         return 0, "drained"  # raised to min_replicas by the bounds
     down_load = cfg.downscale_load_fraction * target_load
     if n > 1 and v.ongoing / (n - 1) <= down_load:
@@ -176,6 +180,8 @@ def decide(views: dict[str, PoolView], cfg: AutoscalingConfig, state: dict, now:
             continue
         direction = "up" if wanted[p] > v.target else "down"
         delay = cfg.upscale_delay_s if direction == "up" else cfg.downscale_delay_s
+        if direction == "up" and v.replicas == 0 and v.target == 0:
+            delay = 0.0  # from zero a request is waiting: start at once (as Serve's own policy)
         prev = state.get(p, {})
         since = prev["since"] if prev.get("direction") == direction else now
         if now - since >= delay:

@@ -7,6 +7,7 @@ sees every replica's batch pressure and spec-decode counters (deployments/stats.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import sys
@@ -19,10 +20,13 @@ from ray import serve
 from ray.serve.llm import LLMConfig, build_llm_deployment
 from ray.serve.llm.deployment import LLMServer
 from ray.serve.llm.openai_api_models import CompletionRequest
+import vllm
+from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.v1.metrics.reader import get_metrics_snapshot
 
-from cluster.config import ModelConfig, PoolConfig, SpeculativePoolConfig, resolve_path
-from deployments.autoscaler import MEMORY_BOUND_METRIC, WAITING_METRIC
+from cluster.config import ConfigError, ModelConfig, PoolConfig, SpeculativePoolConfig, \
+    resolve_path
+from deployments.autoscaler import BUSY_METRIC, MEMORY_BOUND_METRIC, WAITING_METRIC
 from deployments.cores import SHARE_CORES_ENV, CoreLease, NoFreeCores
 from deployments.logs import use_serve_log_handlers
 from deployments.profile import PROFILE_PROMPT, profile_batches, profile_step_times
@@ -98,6 +102,7 @@ class PoolServer(LLMServer):
         self._steps = StepTimeModel()
         self._steps.load_profile(self._profile)
         self._last_stats = EngineStats()
+        self._recorded_outputs = 0  # generation_tokens at the last record_autoscaling_stats
         self._utilization = make_source(
             utilization_source, model=self._steps, dcgm_url=dcgm_exporter_url,
             running_batch=lambda: self._last_stats.num_requests_running)
@@ -138,13 +143,22 @@ class PoolServer(LLMServer):
 
     async def record_autoscaling_stats(self) -> dict[str, float]:
         """Custom autoscaling stats Ray Serve collects every `metrics_interval_s` for the
-        application's policy (deployments/autoscaler.py): requests waiting in the engine and,
-        when the utilization source can tell, the memory-bound fraction."""
-        out = {WAITING_METRIC: float(self._last_stats.num_requests_waiting)}
+        application's policy (deployments/autoscaler.py): requests waiting in the engine, whether
+        it produced output since the last call (1.0 / 0.0: short requests between two samples
+        of Serve's in-flight gauge are work all the same) and, when the utilization source can
+        tell, the memory-bound fraction."""
+        stats = self._last_stats
+        busy = stats.generation_tokens != self._recorded_outputs
+        self._recorded_outputs = stats.generation_tokens
+        out = {WAITING_METRIC: float(stats.num_requests_waiting), BUSY_METRIC: float(busy)}
         reading = await asyncio.to_thread(self._utilization.read)  # DCGM reads over HTTP
         if reading is not None:
             out[MEMORY_BOUND_METRIC] = reading.memory_bound
         return out
+
+    async def wake(self) -> None:
+        """Nothing. The router calls it on a pool scaled to zero (router/ingress.py `_wake`):
+        Serve holds the call until a replica runs and counts it as demand meanwhile."""
 
     async def engine_stats(self) -> EngineStats:
         """This replica's current engine stats (for tests and debugging)."""
@@ -174,6 +188,7 @@ class PoolServer(LLMServer):
         task = getattr(self, "_push_task", None)
         if task is not None:
             task.cancel()
+            self._board.forget_engine.remote(self._replica_id)  # gone now, not in 5 s
         try:
             await super().__del__()
         finally:
@@ -191,6 +206,35 @@ def shutdown_engine_processes(engine) -> None:
         client.shutdown()
 
 
+# EngineArgs that the config's own fields set (llm_config): engine_kwargs must not override them,
+# or the router's limits (model.max_model_len, ...) would describe another engine.
+_OWN_ENGINE_ARGS = {"model": "model.path", "tensor_parallel_size": "tensor_parallel_size",
+                    "max_model_len": "model.max_model_len", "max_num_seqs": "max_num_seqs",
+                    "dtype": "model.dtype", "enforce_eager": "enforce_eager",
+                    "gpu_memory_utilization": "gpu_memory_utilization",
+                    "speculative_config": "speculator", "disable_log_stats": None}
+_ENGINE_ARGS = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
+
+
+def check_engine_kwargs(pool: PoolConfig) -> None:
+    """Refuses `engine_kwargs` that vLLM's `AsyncEngineArgs` does not take (a TypeError at
+    replica start otherwise) or that a config field already sets.
+
+    Raises:
+        ConfigError: naming `<pool>.engine_kwargs.<name>`.
+    """
+    name = "speculative" if isinstance(pool, SpeculativePoolConfig) else "vanilla"
+    for key in pool.engine_kwargs:
+        field = f"{name}.engine_kwargs.{key}"
+        if key in _OWN_ENGINE_ARGS:
+            own = _OWN_ENGINE_ARGS[key]
+            raise ConfigError(f"{field}: set by the config" + (
+                f" ({own if '.' in own else f'{name}.{own}'}); remove it here" if own else
+                " (engine metrics feed the router)"))
+        if key not in _ENGINE_ARGS:
+            raise ConfigError(f"{field}: not a vLLM {vllm.__version__} engine argument")
+
+
 def llm_config(model: ModelConfig, pool: PoolConfig, deployment_config: dict | None = None,
                ) -> LLMConfig:
     """Ray Serve LLM config for one pool: the target, plus the speculator for the speculative pool.
@@ -205,6 +249,7 @@ def llm_config(model: ModelConfig, pool: PoolConfig, deployment_config: dict | N
     replica's logical CPUs are the cores it leases for its engine (deployments/cores.py), so a
     node with C cores runs at most C of them.
     """
+    check_engine_kwargs(pool)
     engine_kwargs = {
         "tensor_parallel_size": pool.tensor_parallel_size,
         "max_model_len": model.max_model_len,

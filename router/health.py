@@ -4,7 +4,10 @@ A pool is unavailable for `hold_s` after a request to it failed with a replica f
 long as the StatsBoard lists none of its replicas once it has listed some (every replica dead or
 restarting: a replica reports only once its engine serves). The router sends an unavailable pool's
 requests to the other pool (reason `pool_unavailable`) and takes the pool back as soon as a replica
-reports again.
+reports again. A pool that autoscaling may take to zero (`min_replicas: 0`) and that the board
+lists no replica of is `asleep`: it starts a replica when a request wants it (router/ingress.py).
+A board that has just (re)started has not heard from every live replica yet: for its first
+`STALE_AFTER_S`, a pool it lists no replica of keeps its previous state (unknown, not gone).
 
 A request already waiting on a pool whose last replica left the board is abandoned and retried on
 the other pool (`PoolLost`, router/ingress.py): Serve's DeploymentHandle queues a request for a
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 from ray.exceptions import NodeDiedError, RayActorError, WorkerCrashedError
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError, \
@@ -45,19 +48,28 @@ class PoolHealth:
         hold_s: seconds a pool stays unavailable after a failure (default: the board's staleness
             bound, by which a dead replica has left the board).
         clock: monotonic seconds (injectable for tests).
+        scales_to_zero: pools whose autoscaling `min_replicas` is 0.
     """
 
     def __init__(self, hold_s: float = STALE_AFTER_S,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, scales_to_zero: Iterable[str] = ()):
         self._hold_s, self._clock = hold_s, clock
+        self._scales_to_zero = set(scales_to_zero)
         self._failed_until: dict[str, float] = {}
         self._seen: set[str] = set()  # pools the board has listed at least once
         self._live: dict[str, int] = {}
+        self._observed = False  # a first view has come in
 
-    def observe(self, snapshot: Mapping[str, PoolStats]) -> None:
-        """Takes the board's latest view: live (reporting) replicas per pool."""
-        self._live = {pool: p.replicas for pool, p in snapshot.items()}
+    def observe(self, snapshot: Mapping[str, PoolStats], board_age_s: float = float("inf")
+                ) -> None:
+        """Takes the board's latest view: live (reporting) replicas per pool, from a board
+        (re)started `board_age_s` seconds ago (`BoardSnapshot.age_s`)."""
+        live = {pool: p.replicas for pool, p in snapshot.items()}
+        if board_age_s < STALE_AFTER_S:  # a pool listed with none may not have reported yet
+            live = {**self._live, **{pool: n for pool, n in live.items() if n > 0}}
+        self._live = live
         self._seen.update(pool for pool, n in self._live.items() if n > 0)
+        self._observed = True
 
     def failed(self, pool: str) -> None:
         """A request to `pool` failed with one of REPLICA_FAILURES."""
@@ -69,11 +81,17 @@ class PoolHealth:
         other replicas may still serve."""
         return pool in self._seen and self._live.get(pool, 0) == 0
 
+    def asleep(self, pool: str) -> bool:
+        """True while `pool` may scale to zero and the board lists none of its replicas (once
+        a first view is in): scaled to zero, or its replicas all gone and none wanted."""
+        return (pool in self._scales_to_zero and self._observed
+                and self._live.get(pool, 0) == 0)
+
     def available(self, pool: str) -> bool:
-        """False while `pool` is gone or within `hold_s` of a replica failure."""
+        """False while `pool` is gone, asleep or within `hold_s` of a replica failure."""
         if self._clock() < self._failed_until.get(pool, 0.0):
             return False
-        return not self.gone(pool)
+        return not self.gone(pool) and not self.asleep(pool)
 
 
 async def await_unless_gone(work: Awaitable[Any], pool: str, health: PoolHealth, period_s: float,

@@ -30,7 +30,7 @@ from vllm.entrypoints.generate.base.protocol import StreamOptions
 from cluster.config import Route, ServerConfig, SpecserveConfig, TaskType, read_config_value
 from deployments.logs import use_serve_log_handlers
 from deployments.stats import PUSH_PERIOD_S, get_board
-from router.admission import admit
+from router.admission import admit, refusal
 from router.auth import ApiKeyGuard, ApiKeys
 from router.body_limit import BodyLimit
 from router.decider import RouteDecider, route_headers
@@ -38,7 +38,7 @@ from router.features import max_prompt_tokens, prompt_tokens
 from router.errors import RequestError, error_response, install_error_handlers
 from router.health import REPLICA_FAILURES, PoolHealth, PoolLost, await_unless_gone
 from router.metrics import CONTENT_TYPE, RouterMetrics
-from router.policy import PoolLoad, RequestFeatures
+from router.policy import Decision, PoolLoad, RequestFeatures, Unroutable
 from router.pressure import PressureTracker
 from router.streaming import RelayedStream, relay_usage, wants_usage
 from router.validation import Limits, request_sequences, validate_request
@@ -73,9 +73,12 @@ class SpecserveIngress(OpenAiIngress):
         pools: DeploymentHandle of each configured pool, keyed "vanilla" / "speculative".
         model_card: the served model's card for /v1/models.
         config: `SpecserveConfig.model_dump()` of the application.
+        generation: this build of the application (deployments/app.py); the runtime pin lives
+            as long as it.
     """
 
-    def __init__(self, pools: dict[str, DeploymentHandle], model_card: ModelCard, config: dict):
+    def __init__(self, pools: dict[str, DeploymentHandle], model_card: ModelCard, config: dict,
+                 generation: str = ""):
         super().__init__(llm_deployments={model_card.id: next(iter(pools.values()))},
                          model_cards={model_card.id: model_card})
         self._cfg = SpecserveConfig.model_validate(config)
@@ -83,16 +86,21 @@ class SpecserveIngress(OpenAiIngress):
             if getattr(self._cfg.server, field):
                 ApiKeys.from_env(getattr(self._cfg.server, field), f"server.{field}")
         self._handles = {pool: h.options(stream=True) for pool, h in pools.items()}
+        self._wake_handles = {pool: h.options(method_name="wake") for pool, h in pools.items()}
+        self._wakes: dict[Route, asyncio.Future] = {}  # pool -> its wake call in flight
         replicas = {pool: self._cfg.initial_replicas(pool) for pool in pools}
         use_serve_log_handlers()
         ctx = serve.get_replica_context()
         self._board = get_board(ctx.app_name)
         self._replica_id = ctx.replica_id.unique_id
         self._pressure = PressureTracker(self._board, self._replica_id, replicas)
-        self._decider = RouteDecider(self._cfg, pools)
+        self._generation = generation
+        self._decider = RouteDecider(self._cfg, pools, generation)
         self._estimator = self._decider.estimator
         self._metrics = RouterMetrics(self._pressure.pool_stats, self._estimator)
-        self._health = PoolHealth()
+        scaling = self._cfg.autoscaling
+        self._health = PoolHealth(scales_to_zero=[
+            p for p in pools if scaling.enabled and scaling.pool(p).min_replicas == 0])
         self._limits = Limits(self._cfg.model.max_model_len,
                               read_config_value(self._cfg.model.path, "vocab_size"),
                               self._cfg.server.max_n, self._cfg.server.max_sequences_per_request)
@@ -103,7 +111,7 @@ class SpecserveIngress(OpenAiIngress):
 
     def _observe(self, snapshot) -> None:
         self._estimator.update_pools(snapshot)
-        self._health.observe(snapshot)
+        self._health.observe(snapshot, self._pressure.board_age_s)
 
     def _get_configured_serve_handle(self, model_id: str) -> DeploymentHandle:
         return self._handles[_ROUTE.get()]
@@ -111,8 +119,40 @@ class SpecserveIngress(OpenAiIngress):
     def _loads(self) -> dict[Route, PoolLoad]:
         """Each pool's load, live or not, with the step time it would run at with this request."""
         loads = self._estimator.with_step_times(self._pressure.loads())
-        return {pool: dataclasses.replace(load, available=self._health.available(pool))
+        return {pool: dataclasses.replace(load, available=self._health.available(pool),
+                                          asleep=self._health.asleep(pool))
                 for pool, load in loads.items()}
+
+    def _wake(self, pool: Route) -> None:
+        """Makes `pool`, scaled to zero, count as demand: one `PoolServer.wake` call queued at its
+        handle, as Serve counts any request waiting for a deployment at zero replicas (the
+        autoscaling policy then starts one, deployments/autoscaling.py). One call per pool at a
+        time; it ends when a replica answers it."""
+        if pool in self._wakes and not self._wakes[pool].done():
+            return
+        self._metrics.observe_wake(pool)
+        logger.info(json.dumps({"event": "wake", "route": pool}))
+
+        async def call() -> None:
+            try:
+                await self._wake_handles[pool].remote()
+            except Exception as e:  # the next request that wants the pool wakes it again
+                logger.warning(json.dumps({"event": "wake_failed", "route": pool,
+                                           "error": type(e).__name__}))
+
+        self._wakes[pool] = asyncio.ensure_future(call())
+
+    async def _wait_awake(self, pool: Route) -> float | None:
+        """Wakes `pool` and waits until the StatsBoard lists a replica of it, at most
+        `autoscaling.scale_from_zero_wait_s`. Seconds waited, or None on timeout."""
+        self._wake(pool)
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        while self._health.asleep(pool):
+            if loop.time() - t0 >= self._cfg.autoscaling.scale_from_zero_wait_s:
+                return None
+            await asyncio.sleep(PUSH_PERIOD_S)
+        return loop.time() - t0
 
     def _prompt_len(self, body) -> int:
         """The prompt's length in target tokens where a limit depends on it, else a byte bound
@@ -126,10 +166,11 @@ class SpecserveIngress(OpenAiIngress):
             return bound
         return prompt_tokens(body, self._decider.tokenizer)
 
-    def _retry_route(self, failed: Route) -> Route:
-        """Where a request goes after `failed` lost it: the other pool when it is up, else the
-        same pool (Serve picks another of its replicas, if any)."""
-        others = [p for p in self._handles if p != failed and self._health.available(p)]
+    def _retry_route(self, failed: Route, decision: Decision) -> Route:
+        """Where a request goes after `failed` lost it: another pool it may run on when one is
+        up, else the same pool (Serve picks another of its replicas, if any)."""
+        others = [p for p in self._handles if p != failed and decision.may_run_on(p)
+                  and self._health.available(p)]
         return others[0] if others else failed
 
     async def _forward(self, body, call_method: str, raw_request: Request | None,
@@ -171,18 +212,30 @@ class SpecserveIngress(OpenAiIngress):
         validate_request(body, prompt_len, self._limits)
         loads = self._loads()
         retry_after = {"Retry-After": str(self._cfg.server.retry_after_s)}
-        if not any(load.available for load in loads.values()):
+        if not any(load.available or load.asleep for load in loads.values()):
             return error_response(503, "No pool has a live replica; retry later",
                                   headers=retry_after)
         try:
             features, decision = self._decider.decide(body, loads, prompt_len)
-        except ValueError as e:  # forces a pool not configured, or a lossy one at T > 0
-            raise RequestError(400, str(e), getattr(e, "param", "route")) from None
+        except Unroutable as e:  # forces a pool not configured, an option or a lossy pool
+            raise RequestError(400, str(e), e.param) from None
+        woken_after_s = None
+        if loads[decision.route].asleep:  # no pool it may run on is up: wake this one, wait
+            woken_after_s = await self._wait_awake(decision.route)
+            if woken_after_s is None:
+                return self._not_woken(decision.route, features)
+            loads = self._loads()
+        elif decision.reason == "pool_scaled_to_zero":  # it wanted the other pool: wake that
+            for pool in loads:
+                if pool != decision.route and loads[pool].asleep:
+                    self._wake(pool)
         sequences = request_sequences(body)
         admitted = admit(decision, loads, self._cfg.server.max_in_flight_per_replica, sequences)
         if admitted is None:
-            self._metrics.observe_decision(decision.route, "rejected_overload", features.task, None)
-            return error_response(429, "Both pools are at their in-flight bound; retry later",
+            status, message = refusal(decision, loads)
+            self._metrics.observe_decision(decision.route, "rejected_overload" if status == 429
+                                           else "rejected_unavailable", features.task, None)
+            return error_response(status, message,
                                   headers={**retry_after, "x-specserve-route": decision.route,
                                            "x-specserve-reason": decision.reason})
         decision = admitted
@@ -196,6 +249,8 @@ class SpecserveIngress(OpenAiIngress):
             "speedup": None if decision.speedup is None else round(decision.speedup, 3),
             "in_flight": {p: load.in_flight for p, load in loads.items()}}))
         headers = route_headers(features, decision)
+        if woken_after_s is not None:
+            headers["x-specserve-scaled-from-zero-s"] = f"{woken_after_s:.1f}"
         keep_usage = wants_usage(body)  # the client's choice, whichever pool ends up serving
         if body.stream and not keep_usage:
             # vLLM reports a stream's acceptance only on its final usage chunk: ask for it, learn
@@ -210,7 +265,7 @@ class SpecserveIngress(OpenAiIngress):
                 return error_response(e.status_code, e.message, headers=headers)
             except (*REPLICA_FAILURES, PoolLost) as e:
                 self._health.failed(route)
-                retry = self._retry_route(route)
+                retry = self._retry_route(route, decision)
                 logger.warning(json.dumps({"event": "replica_failure", "route": route,
                                            "attempt": attempt, "error": type(e).__name__,
                                            "retry_route": retry if attempt == 1 else None}))
@@ -218,6 +273,11 @@ class SpecserveIngress(OpenAiIngress):
                     return error_response(503, f"The {route} pool lost the request twice; retry "
                                           "later", headers={**headers, **retry_after})
                 headers["x-specserve-retried"] = "1"
+                if self._health.asleep(retry):  # it scaled to zero meanwhile: wake it, wait
+                    waited = await self._wait_awake(retry)
+                    if waited is None:
+                        return self._not_woken(retry, features)
+                    headers["x-specserve-scaled-from-zero-s"] = f"{waited:.1f}"
                 if retry != route:
                     headers.update({"x-specserve-route": retry,
                                     "x-specserve-reason": "pool_unavailable"})
@@ -231,6 +291,15 @@ class SpecserveIngress(OpenAiIngress):
         if route == "speculative" and isinstance(response, JSONResponse):
             self._learn(json.loads(response.body), features)
         return response
+
+    def _not_woken(self, pool: Route, features: RequestFeatures) -> Response:
+        """503 for a request that waited `autoscaling.scale_from_zero_wait_s` for `pool`."""
+        self._metrics.observe_decision(pool, "rejected_scaled_to_zero", features.task, None)
+        return error_response(
+            503, f"The {pool} pool is scaled to zero and started no replica within "
+            f"{self._cfg.autoscaling.scale_from_zero_wait_s:g} s; retry later",
+            headers={"Retry-After": str(self._cfg.server.retry_after_s),
+                     "x-specserve-route": pool, "x-specserve-reason": "pool_scaled_to_zero"})
 
     def _learn(self, payload: dict, features: RequestFeatures) -> None:
         self._decider.learn(features, payload)
@@ -283,7 +352,7 @@ class SpecserveIngress(OpenAiIngress):
     async def put_policy(self, request: Request) -> Response:
         """Sets the runtime pin for every ingress replica: body `{"pin": "auto" | "speculative" |
         "vanilla" | null}` (null returns to the config's `router.pin`). Reaches the other replicas
-        within ~1 s; lost when the application restarts. 400 on a bad body."""
+        within ~1 s; lost when the application is redeployed or deleted. 400 on a bad body."""
         try:
             body = await request.json()
         except ValueError:
@@ -294,7 +363,7 @@ class SpecserveIngress(OpenAiIngress):
             self._decider.set_pin(body["pin"])
         except ValueError as e:
             return error_response(400, str(e), param="pin")
-        await self._board.set_pin.remote(body["pin"])
+        await self._board.set_pin.remote(body["pin"], self._generation)
         # again once the board has it: a board read issued before that ack, by this replica's
         # share loop, must not put the old pin back
         self._decider.set_pin(body["pin"])
@@ -315,9 +384,10 @@ class SpecserveIngress(OpenAiIngress):
     async def health(self) -> dict:
         """200 while the ingress runs; lists each pool's live replicas, in-flight requests and
         whether its replicas sample losslessly at temperature > 0 (their startup check)."""
-        return {"status": "ok", "pools": {p: {"replicas": load.replicas, "in_flight": load.in_flight,
-                                              "lossless_sampling": load.lossless_sampling}
-                                          for p, load in self._pressure.loads().items()}}
+        pools = {p: {"replicas": load.replicas, "in_flight": load.in_flight,
+                     "lossless_sampling": load.lossless_sampling}
+                 for p, load in self._pressure.loads().items()}
+        return {"status": "ok", "pools": pools}
 
 
 def sse_error(status: int, message: str) -> str:

@@ -46,6 +46,8 @@ class RouterMetrics:
                                  "speculative path at decision time, by task.", ["task"],
                                  buckets=(0.5, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2, 3, 4, 6),
                                  registry=self.registry)
+        self.wakes = Counter("specserve_pool_wakes", "Wake calls sent to a pool scaled to zero "
+                             "(a request wanted it), by pool.", ["pool"], registry=self.registry)
         self.registry.register(_PoolCollector(pool_stats))
         self.registry.register(_EstimateCollector(estimator))
 
@@ -53,6 +55,9 @@ class RouterMetrics:
         self.requests.labels(route, reason, task).inc()
         if speedup is not None:
             self.speedup.labels(task).observe(speedup)
+
+    def observe_wake(self, pool: str) -> None:
+        self.wakes.labels(pool).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

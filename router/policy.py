@@ -11,6 +11,14 @@ evaluated at the batch each pool would run. It goes speculative when S ≥ `min_
 there while S ≥ `min_speedup − hysteresis` (no flapping around the threshold). Before any step time
 is known it falls back to rules: the task's type and the speculative pool's in-flight cap.
 Every decision carries its reason, returned in `x-specserve-reason` and counted in metrics.
+
+A request that sets an option vLLM refuses under speculative decoding (`min_p`, `logit_bias`)
+may run on the vanilla pool only (`RequestFeatures.eligible_pools`): the decision carries that
+(`Decision.eligible`), and every later move (`pool_unavailable` here, `pool_saturated` in
+router/admission.py, a retry after a replica failure in router/ingress.py) keeps to it. So does
+a sampled request (temperature > 0) while the speculative pool's sampling is not verified
+lossless (`PoolLoad.lossless_sampling`, deployments/sampling_check.py): specserve never serves a
+distribution other than the target's.
 """
 
 from __future__ import annotations
@@ -23,7 +31,8 @@ from cluster.config import Route, RouterConfig, TaskType
 RequestedRoute = Literal["auto", "speculative", "vanilla"]
 Reason = Literal[
     "requested",              # the request's `route` field forced the path
-    "pool_unavailable",       # the other pool has no live replica (router/health.py)
+    "pool_unavailable",       # the chosen pool has no live replica (router/health.py)
+    "pool_scaled_to_zero",    # the pool it wanted is scaled to zero: woken; went elsewhere
     "pool_saturated",         # the chosen pool is at its in-flight bound (router/admission.py)
     "pinned",                 # router.pin in the config forced the path
     "only_pool",              # the other pool is not configured
@@ -62,6 +71,12 @@ class RequestFeatures:
     expected_tokens: float | None = None
     beyond_speculator_context: bool = False
 
+    @property
+    def eligible_pools(self) -> tuple[Route, ...] | None:
+        """The pools that may run it: ("vanilla",) when it sets an option the speculative path
+        refuses, None when any pool may."""
+        return ("vanilla",) if self.unsupported_options else None
+
 
 @dataclass(frozen=True, slots=True)
 class PoolLoad:
@@ -69,10 +84,11 @@ class PoolLoad:
 
     Attributes:
         replicas: live replicas.
-        in_flight: sequences in flight to it (prompts × n per request) from every ingress replica.
+        in_flight: requests in flight to it from every ingress replica.
         step_s: predicted seconds per engine step at the per-replica batch it would run with this
             request, (in_flight + 1) / replicas; None until profiled or sampled.
         available: it can take a request now (router/health.py).
+        asleep: it is scaled to zero (so not available) and starts a replica on demand.
         lossless_sampling: every replica's engine passed its sampling check at start: it samples
             the target's distribution at temperature > 0 (deployments/sampling_check.py).
     """
@@ -81,23 +97,34 @@ class PoolLoad:
     in_flight: int
     step_s: float | None = None
     available: bool = True
+    asleep: bool = False
     lossless_sampling: bool = True
-
-
-class LossySampling(ValueError):
-    """A sampled request forced onto a speculative pool whose sampling is not verified lossless
-    (400, `param` temperature): specserve never serves a distribution other than the target's."""
-
-    param = "temperature"
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """The chosen path, why, and the expected speedup S behind it (None when not computed)."""
+    """The chosen path, why, and the expected speedup S behind it (None when not computed).
+
+    `eligible` names the pools the request may run on at all (None: any): a move to another
+    pool (full, down, failed) must stay within it.
+    """
 
     route: Route
     reason: Reason
     speedup: float | None = None
+    eligible: tuple[Route, ...] | None = None
+
+    def may_run_on(self, pool: Route) -> bool:
+        """The request may run on `pool`."""
+        return self.eligible is None or pool in self.eligible
+
+
+class Unroutable(ValueError):
+    """No configured pool may run the request (a 400 naming `param`)."""
+
+    def __init__(self, param: str, message: str):
+        super().__init__(message)
+        self.param = param
 
 
 def choose_route(req: RequestFeatures, pools: Mapping[Route, PoolLoad], cfg: RouterConfig,
@@ -110,42 +137,63 @@ def choose_route(req: RequestFeatures, pools: Mapping[Route, PoolLoad], cfg: Rou
         cfg: the router's settings.
         previous: the last automatic choice for this task type (for hysteresis).
 
-    A pool that is not `available` gets nothing while the other one is (reason
-    `pool_unavailable`, even for a request that asked for it: a dead pool would hold it).
-
-    A sampled request (temperature > 0) never goes to a speculative pool whose sampling is not
-    verified lossless: `auto` goes vanilla (`speculation_lossy`), a forced one is refused.
+    The pool the request would take is replaced, when it is not `available`, by another pool it
+    may run on that is (reason `pool_unavailable`, or `pool_scaled_to_zero` when it is
+    `asleep`), even for a request that asked for it: a dead pool would hold it. With no such
+    pool the decision keeps the unavailable pool: the caller waits for it if it is asleep,
+    else refuses (router/admission.py `refusal`).
 
     Raises:
-        ValueError: the request forces a pool that is not configured.
-        LossySampling: the request forces the speculative path at temperature > 0 and the
-            speculative pool's sampling is not verified lossless.
+        Unroutable: the request forces a pool that is not configured (param `route`), forces
+            the speculative pool with an option it refuses (param: the option) or, sampled,
+            while its sampling is not verified lossless (param `temperature`), or needs the
+            vanilla pool where none is configured.
     """
+    eligible = req.eligible_pools
+    if req.requested_route != "auto" and req.requested_route not in pools:
+        raise Unroutable("route", f"route: pool {req.requested_route!r} is not configured")
+    if eligible is not None:
+        option = req.unsupported_options[0]
+        if req.requested_route not in ("auto", *eligible):
+            raise Unroutable(option, f"{option}: not supported on the {req.requested_route} pool "
+                             "(vLLM refuses it under speculative decoding); send route auto or "
+                             "vanilla")
+        if not any(p in pools for p in eligible):
+            raise Unroutable(option, f"{option}: needs the vanilla pool (vLLM refuses it under "
+                             "speculative decoding), which this deployment does not run")
     lossy = (req.temperature > 0 and "speculative" in pools
              and not pools["speculative"].lossless_sampling)
-    fallback = {p: other for p in pools for other in pools
-                if other != p and not pools[p].available and pools[other].available}
+    if lossy:
+        if req.requested_route == "speculative" or "vanilla" not in pools:
+            raise Unroutable("temperature", "temperature: the speculative pool's engine is not "
+                             "verified to sample the target's distribution at temperature > 0 "
+                             "(see its replicas' startup log and /health); send temperature 0, "
+                             "or route auto / vanilla")
+        eligible = ("vanilla",)
+    decision = _preferred_route(req, pools, cfg, previous, lossy)
+    decision = Decision(decision.route, decision.reason, decision.speedup, eligible)
+    if pools[decision.route].available:
+        return decision
+    for pool, load in pools.items():
+        if pool != decision.route and load.available and decision.may_run_on(pool):
+            reason = "pool_scaled_to_zero" if pools[decision.route].asleep else "pool_unavailable"
+            return Decision(pool, reason, eligible=eligible)
+    return decision
+
+
+def _preferred_route(req: RequestFeatures, pools: Mapping[Route, PoolLoad], cfg: RouterConfig,
+                     previous: Route | None, lossy: bool) -> Decision:
+    """The route `choose_route` picks when every pool is available."""
     if req.requested_route != "auto":
-        if req.requested_route not in pools:
-            raise ValueError(f"route: pool {req.requested_route!r} is not configured")
-        if req.requested_route in fallback:
-            return Decision(fallback[req.requested_route], "pool_unavailable")
-        if req.requested_route == "speculative" and lossy:
-            raise LossySampling(
-                "temperature: the speculative pool's engine is not verified to sample the "
-                "target's distribution at temperature > 0 (see its replicas' startup log); send "
-                "temperature 0, or route auto / vanilla")
         return Decision(req.requested_route, "requested")
     if len(pools) == 1:
         return Decision(next(iter(pools)), "only_pool")
-    if fallback:
-        return Decision(next(iter(fallback.values())), "pool_unavailable")
-    if lossy:
+    if req.unsupported_options:  # before the pin: the speculative pool would refuse it
+        return Decision("vanilla", "unsupported_option")
+    if lossy:  # before the pin too: never a distribution other than the target's
         return Decision("vanilla", "speculation_lossy")
     if cfg.pin != "auto":
         return Decision(cfg.pin, "pinned")
-    if req.unsupported_options:
-        return Decision("vanilla", "unsupported_option")
     if req.beyond_speculator_context:
         return Decision("vanilla", "beyond_speculator_context")
     if req.temperature > cfg.max_speculative_temperature:

@@ -36,6 +36,7 @@ class PressureTracker:
         self._configured = dict(configured_replicas)
         self._local: dict[Route, int] = {pool: 0 for pool in configured_replicas}
         self.remote: dict[str, PoolStats] = {}
+        self.board_age_s = float("inf")  # of the board when it gave `remote` (BoardSnapshot)
 
     def start(self, pool: Route, sequences: int = 1) -> None:
         """Counts a request of `sequences` sequences (prompts × n) in flight to `pool`."""
@@ -75,7 +76,8 @@ class PressureTracker:
         while True:
             try:
                 self._board.report_in_flight.remote(self._ingress_id, dict(self._local))
-                self.remote = await self._board.snapshot.remote(self._ingress_id)
+                snapshot = await self._board.snapshot.remote(self._ingress_id)
+                self.remote, self.board_age_s = snapshot.pools, snapshot.age_s
                 if on_snapshot is not None:
                     on_snapshot(self.remote)
             except Exception:  # the board restarts on failure; keep the last view meanwhile

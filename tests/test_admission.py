@@ -8,8 +8,8 @@ import asyncio
 import pytest
 
 from cluster.config import RouterConfig
-from deployments.stats import PoolStats
-from router.admission import admit
+from deployments.stats import STALE_AFTER_S, PoolStats
+from router.admission import admit, refusal
 from router.health import PoolHealth, PoolLost, await_unless_gone
 from router.policy import Decision, PoolLoad, RequestFeatures, choose_route
 
@@ -147,3 +147,49 @@ def test_cancelling_the_caller_cancels_the_request():
         assert cancelled == [True]
 
     asyncio.run(run())
+
+
+VANILLA_ONLY = Decision("vanilla", "unsupported_option", eligible=("vanilla",))
+
+
+@pytest.mark.parametrize("pools, status", [
+    (_pools(0, 4), 429),                  # vanilla full: never spills to speculative
+    (_pools(0, 0, van_up=False), 503),    # vanilla down
+])
+def test_a_vanilla_only_request_is_refused_rather_than_moved(pools, status):
+    assert admit(VANILLA_ONLY, pools, CAP) is None
+    got, message = refusal(VANILLA_ONLY, pools)
+    assert got == status and "vanilla pool" in message and "speculative" not in message
+
+
+@pytest.mark.parametrize("decision, pools, status", [
+    (Decision("speculative", "task_gains"), _pools(4, 4), 429),          # both full
+    (Decision("speculative", "requested"), _pools(4, 0), 429),           # a forced full pool
+    (Decision("speculative", "requested"), _pools(0, 0, spec_up=False, van_up=False), 503),
+])
+def test_refusal_status(decision, pools, status):
+    assert refusal(decision, pools)[0] == status
+
+
+def test_an_empty_snapshot_from_a_board_just_restarted_is_unknown_not_gone():
+    health = PoolHealth()
+    up = {"speculative": PoolStats(replicas=1), "vanilla": PoolStats(replicas=1)}
+    health.observe(up, board_age_s=600.0)
+    health.observe({}, board_age_s=0.2)                          # the board restarted
+    assert not health.gone("speculative") and health.available("vanilla")
+    health.observe({"vanilla": PoolStats(replicas=1)}, board_age_s=1.0)
+    assert not health.gone("speculative")                        # not reported yet: unknown
+    health.observe({"vanilla": PoolStats(replicas=1)}, board_age_s=STALE_AFTER_S)
+    assert health.gone("speculative")                            # every live one has reported
+
+
+def test_a_pool_that_may_scale_to_zero_is_asleep_while_it_has_no_replica():
+    health = PoolHealth(scales_to_zero=["speculative"])
+    assert not health.asleep("speculative")                      # no view yet
+    health.observe({"vanilla": PoolStats(replicas=1)})
+    assert health.asleep("speculative") and not health.available("speculative")
+    assert not health.asleep("vanilla")
+    health.observe({"speculative": PoolStats(replicas=1), "vanilla": PoolStats(replicas=1)})
+    assert not health.asleep("speculative") and health.available("speculative")
+    health.observe({"vanilla": PoolStats(replicas=1)})           # scaled back to zero
+    assert health.asleep("speculative") and health.gone("speculative")

@@ -167,3 +167,33 @@ def test_serve_config_carries_the_application_policy():
     policy = AutoscalingPolicy(**schema.applications[0].autoscaling_policy)
     instance = policy.get_policy()(**policy.policy_kwargs)  # what Serve's controller does
     assert isinstance(instance, PoolAutoscaler)
+
+
+def test_a_pool_at_zero_starts_at_once_when_a_request_waits_and_goes_back_when_idle():
+    cfg = CFG.model_copy(update={"upscale_delay_s": 30.0, "downscale_delay_s": 10.0,
+                                 "speculative": PoolScalingConfig(min_replicas=0, max_replicas=2)})
+    asleep = PoolView(replicas=0, target=0, ongoing=0, waiting=None, memory_bound=None)
+    d, state = decide({"speculative": asleep, "vanilla": view(1)}, cfg, {}, now=0.0)
+    assert (d["speculative"].replicas, d["speculative"].reason) == (0, "steady")
+    # one request queued at its handle (router/ingress.py `_wake`): no upscale delay from zero
+    woken = PoolView(replicas=0, target=0, ongoing=1, waiting=None, memory_bound=None)
+    d, state = decide({"speculative": woken, "vanilla": view(1)}, cfg, state, now=1.0)
+    assert (d["speculative"].replicas, d["speculative"].reason, d["speculative"].pending) == (
+        1, "demand", False)
+    # idle again: back to zero after the downscale delay
+    d, state = decide({"speculative": view(1, ongoing=0), "vanilla": view(1)}, cfg, state, now=2.0)
+    assert d["speculative"].pending
+    d, state = decide({"speculative": view(1, ongoing=0), "vanilla": view(1)}, cfg, state, now=12.0)
+    assert (d["speculative"].replicas, d["speculative"].reason) == (0, "drained")
+
+
+def test_a_pool_serving_short_requests_is_not_drained():
+    # Serve's sampled in-flight count reads 0 between short requests; the engine's output says
+    # the pool works (PoolServer.record_autoscaling_stats `busy`)
+    cfg = CFG.model_copy(update={"vanilla": PoolScalingConfig(min_replicas=0, max_replicas=2)})
+    working = PoolView(replicas=1, target=1, ongoing=0.0, waiting=0.0, memory_bound=0.5, busy=0.4)
+    d, _ = decide({"vanilla": working}, cfg, {}, now=0.0)
+    assert (d["vanilla"].wanted, d["vanilla"].reason) == (1, "steady")
+    idle = PoolView(replicas=1, target=1, ongoing=0.0, waiting=0.0, memory_bound=0.5, busy=0.0)
+    d, _ = decide({"vanilla": idle}, cfg, {}, now=0.0)
+    assert (d["vanilla"].wanted, d["vanilla"].reason) == (0, "drained")

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from cluster.config import (DEFAULT_CONFIG_PATH, ConfigError, SpecserveConfig,
+from cluster.config import (DEFAULT_CONFIG_PATH, ConfigError, SpecserveConfig, check_checkpoints,
                             check_speculator_matches_target)
 
 
@@ -39,6 +39,23 @@ def test_default_config_loads_and_renders_speculative_config():
      "kubernetes.ray_auth_secret: set, but ray_token_auth is false"),
     ({**_spec(), "kubernetes": {"ray_version": "2.51.0", "image": "rayproject/ray:2.51.0"}},
      "kubernetes.ray_token_auth: needs ray_version >= 2.52.0, got '2.51.0'"),
+    # configs vLLM refuses at engine start (each message names the field and both values)
+    (_spec(max_model_len=2048),
+     "speculative.speculator.max_model_len: 2048 is above model.max_model_len 1024"),
+    ({"speculative": {"speculator": {"method": "draft_model", "model": "/d",
+                                     "draft_tensor_parallel_size": 2},
+                      "accelerator": "gpu", "tensor_parallel_size": 4}},
+     "speculative.speculator.draft_tensor_parallel_size: 2 must equal "
+     "speculative.tensor_parallel_size 4 for method 'draft_model'"),
+    ({"speculative": {"speculator": {"method": "eagle3", "model": "/d",
+                                     "draft_tensor_parallel_size": 2},
+                      "accelerator": "gpu", "tensor_parallel_size": 4}},
+     "speculative.speculator.draft_tensor_parallel_size: 2 must be 1 or "
+     "speculative.tensor_parallel_size 4"),
+    ({"speculative": {"speculator": {"method": "ngram", "draft_tensor_parallel_size": 1}}},
+     "speculative.speculator.draft_tensor_parallel_size: must be unset for method 'ngram'"),
+    ({**_spec(), "vanilla": {"max_num_seqs": 5000}},
+     "vanilla.max_num_seqs: 5000 is above vLLM's max_num_batched_tokens 2048"),
 ])
 def test_bad_config_names_the_field(data, field):
     with pytest.raises(ConfigError) as e:
@@ -88,3 +105,52 @@ def test_draft_sample_method_passes_through_for_draft_methods_only():
     assert "draft_sample_method" not in SpeculatorConfig(method="eagle3", model="/m").to_vllm()
     with pytest.raises(ValueError, match="draft_sample_method: only for draft_model"):
         SpeculatorConfig(method="ngram", draft_sample_method="probabilistic")
+@pytest.mark.parametrize("speculator, ok", [
+    ({"method": "draft_model", "draft_tensor_parallel_size": 4}, True),
+    ({"method": "eagle3", "draft_tensor_parallel_size": 1}, True),
+    ({"method": "eagle3", "draft_tensor_parallel_size": 4}, True),
+    ({"method": "draft_model", "draft_tensor_parallel_size": 1}, False),
+])
+def test_draft_tensor_parallel_rule_of_vllm(speculator, ok):
+    data = {"speculative": {"speculator": {"model": "/d", **speculator}, "accelerator": "gpu",
+                            "tensor_parallel_size": 4}}
+    if ok:
+        SpecserveConfig.from_dict(data)
+    else:
+        with pytest.raises(ConfigError, match="draft_tensor_parallel_size"):
+            SpecserveConfig.from_dict(data)
+
+
+def _llama(path, **config):
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps({"vocab_size": 4096, "num_attention_heads": 4,
+                                                  "max_position_embeddings": 1024, **config}))
+    return str(path)
+
+
+@pytest.mark.parametrize("target, draft, fields, message", [
+    ({"max_position_embeddings": 512}, {}, {"model": {"max_model_len": 1024}},
+     "model.max_model_len: 1024 is above the target checkpoint's max_position_embeddings 512"),
+    ({}, {"max_position_embeddings": 512}, {"speculator": {"max_model_len": 1024}},
+     "speculative.speculator.max_model_len: 1024 is above the speculator checkpoint's "
+     "max_position_embeddings 512"),
+    ({}, {"num_heads": 5}, {"speculator": {"method": "medusa", "num_speculative_tokens": 6}},
+     "speculative.speculator.num_speculative_tokens: 6 is above the Medusa checkpoint's "
+     "num_heads 5"),
+])
+def test_checkpoint_that_cannot_host_the_config_is_refused(tmp_path, target, draft, fields,
+                                                          message):
+    cfg = SpecserveConfig.from_dict({
+        "model": {"path": _llama(tmp_path / "t", **target), **fields.get("model", {})},
+        "speculative": {"speculator": {"method": "draft_model", "model": _llama(
+            tmp_path / "d", **draft), **fields.get("speculator", {})}}})
+    with pytest.raises(ConfigError) as e:
+        check_checkpoints(cfg)
+    assert message in str(e.value)
+
+
+def test_checkpoints_that_fit_pass(tmp_path):
+    target, draft = _llama(tmp_path / "t"), _llama(tmp_path / "d")
+    cfg = SpecserveConfig.from_dict({"model": {"path": target}, "speculative": {"speculator": {
+        "method": "draft_model", "model": draft, "max_model_len": 1024}}})
+    check_checkpoints(cfg)  # no error: every bound met exactly

@@ -188,6 +188,13 @@ def _config(tmp_path, **changes) -> str:
     ({"kubernetes__image": "rayproject/ray:2.9.0-gpu"},
      "kubernetes.image: tag '2.9.0-gpu' does not carry ray_version '2.60.0'"),
     ({"model__path": "/home/me/llama"}, "model.path: '/home/me/llama' is not on the models volume"),
+    ({"speculative__speculator__draft_tensor_parallel_size": 2},
+     "speculative.speculator.draft_tensor_parallel_size: 2 must be 1 or speculative."
+     "tensor_parallel_size 4"),
+    ({"autoscaling": {"enabled": True, "budget_accelerators": 40,
+                      "vanilla": {"min_replicas": 1, "max_replicas": 6}}},
+     "kubernetes.workers.vanilla.max_replicas: autoscaling.vanilla.max_replicas 6 needs 6 pods "
+     "of 1 replica(s), above max_replicas 4"),
 ])
 def test_invalid_config_is_refused_before_any_api_call_naming_the_field(tmp_path, capsys,
                                                                        changes, message):

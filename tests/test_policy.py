@@ -3,7 +3,7 @@
 import pytest
 
 from cluster.config import RouterConfig
-from router.policy import LossySampling, PoolLoad, RequestFeatures, choose_route
+from router.policy import PoolLoad, RequestFeatures, Unroutable, choose_route
 
 IDLE = {"vanilla": PoolLoad(1, 0), "speculative": PoolLoad(1, 0)}
 CFG = RouterConfig(max_speculative_in_flight=8)
@@ -70,6 +70,57 @@ def test_hysteresis_keeps_a_speculative_task_until_clearly_below_threshold():
     assert choose_route(req, pools, CFG, previous="speculative").route == "vanilla"
 
 
+MIN_P = RequestFeatures("code", 0.0, unsupported_options=("min_p",))
+
+
+@pytest.mark.parametrize("pools, cfg, expected", [
+    (IDLE, RouterConfig(pin="speculative"), ("vanilla", "unsupported_option")),  # runtime pin
+    ({"vanilla": PoolLoad(1, 0, available=False), "speculative": PoolLoad(1, 0)}, CFG,
+     ("vanilla", "unsupported_option")),  # vanilla down: no fallback to speculative
+    ({"vanilla": PoolLoad(0, 0, available=False, asleep=True), "speculative": PoolLoad(1, 0)},
+     CFG, ("vanilla", "unsupported_option")),  # vanilla scaled to zero: the caller waits for it
+])
+def test_an_option_the_speculative_path_refuses_never_leaves_vanilla(pools, cfg, expected):
+    d = choose_route(MIN_P, pools, cfg)
+    assert (d.route, d.reason) == expected
+    assert d.eligible == ("vanilla",) and not d.may_run_on("speculative")
+
+
+@pytest.mark.parametrize("req, pools, param, message", [
+    (RequestFeatures("code", 0.0, requested_route="speculative", unsupported_options=(
+        "logit_bias",)), IDLE, "logit_bias", "logit_bias: not supported on the speculative pool"),
+    (MIN_P, {"speculative": PoolLoad(1, 0)}, "min_p", "min_p: needs the vanilla pool"),
+    (RequestFeatures("code", 0.0, requested_route="speculative"), {"vanilla": PoolLoad(1, 0)},
+     "route", "route: pool 'speculative' is not configured"),
+])
+def test_no_pool_may_take_it_is_unroutable_naming_the_param(req, pools, param, message):
+    with pytest.raises(Unroutable) as e:
+        choose_route(req, pools, CFG)
+    assert e.value.param == param and str(e.value).startswith(message)
+
+
+@pytest.mark.parametrize("req, pools, expected", [
+    # it wanted the pool scaled to zero: the other pool takes it, with the reason
+    (RequestFeatures("code", 0.0), {"vanilla": PoolLoad(1, 0),
+                                    "speculative": PoolLoad(0, 0, available=False, asleep=True)},
+     ("vanilla", "pool_scaled_to_zero")),
+    (RequestFeatures("code", 0.0, requested_route="speculative"),
+     {"vanilla": PoolLoad(1, 0), "speculative": PoolLoad(0, 0, available=False, asleep=True)},
+     ("vanilla", "pool_scaled_to_zero")),
+    # it wanted the pool that is up: the sleeping one is not involved
+    (RequestFeatures("chat", 0.0), {"vanilla": PoolLoad(1, 0),
+                                    "speculative": PoolLoad(0, 0, available=False, asleep=True)},
+     ("vanilla", "task_gains_little")),
+    # both asleep: it keeps the pool it wants (the ingress wakes it and waits)
+    (RequestFeatures("code", 0.0), {"vanilla": PoolLoad(0, 0, available=False, asleep=True),
+                                    "speculative": PoolLoad(0, 0, available=False, asleep=True)},
+     ("speculative", "task_gains")),
+])
+def test_a_pool_scaled_to_zero(req, pools, expected):
+    d = choose_route(req, pools, CFG)
+    assert (d.route, d.reason) == expected
+
+
 LOSSY = {"vanilla": PoolLoad(1, 0), "speculative": PoolLoad(1, 0, lossless_sampling=False)}
 
 
@@ -88,6 +139,6 @@ def test_sampled_requests_stay_off_a_lossy_speculative_pool(req, cfg, route, rea
 
 
 def test_forcing_a_lossy_speculative_pool_at_temperature_is_refused():
-    with pytest.raises(LossySampling, match="temperature") as e:
+    with pytest.raises(Unroutable, match="temperature") as e:
         choose_route(RequestFeatures("code", 0.7, requested_route="speculative"), LOSSY, CFG)
     assert e.value.param == "temperature"

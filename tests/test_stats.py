@@ -1,0 +1,70 @@
+"""The StatsBoard (deployments/stats.py) as a plain object: the runtime pin is its application
+build's, a restarted board says how young it is, a stopped replica leaves at once; and the
+decider puts a pin back on a board that restarted without it."""
+
+from __future__ import annotations
+
+import asyncio
+
+from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig
+from deployments.stats import EngineStats, StatsBoard
+from router.decider import RouteDecider
+
+Board = StatsBoard.__ray_actor_class__  # the actor's class, without Ray
+
+
+def test_a_pin_holds_for_its_application_build_only():
+    board = Board()
+    board.set_pin("vanilla", "build-1")
+    assert board.router_state("ingress-a", "build-1").pin == "vanilla"
+    assert board.router_state("ingress-b", "build-1").pin == "vanilla"  # every replica of it
+    assert board.router_state("ingress-c", "build-2").pin is None       # a redeploy: clean
+
+
+def test_snapshot_says_the_board_age_and_a_stopped_replica_leaves_at_once():
+    board = Board()
+    board.report_engine("r1", "vanilla", EngineStats())
+    snap = board.snapshot()
+    assert snap.pools["vanilla"].replicas == 1 and 0 <= snap.age_s < 1.0
+    board.forget_engine("r1")
+    assert board.snapshot().pools == {}
+
+
+class _Remote:
+    def __init__(self, fn):
+        self._fn = fn
+
+    def remote(self, *args):
+        result = self._fn(*args)
+        future = asyncio.get_running_loop().create_future()
+        future.set_result(result)
+        return future
+
+
+class _BoardHandle:
+    """An actor handle's `.method.remote(...)` over a local board."""
+
+    def __init__(self, board):
+        self.board = board
+
+    def __getattr__(self, name):
+        return _Remote(getattr(self.board, name))
+
+
+def test_the_decider_puts_its_pin_back_on_a_board_that_restarted():
+    async def run():
+        cfg = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH)
+        decider = RouteDecider(cfg, ["vanilla", "speculative"], generation="build-1")
+        handle = _BoardHandle(Board())
+        decider.set_pin("vanilla")
+        handle.board.set_pin("vanilla", "build-1")
+        share = asyncio.ensure_future(decider.share_forever(handle, "ingress-a"))
+        await asyncio.sleep(0.1)
+        assert decider.pin == "vanilla"
+        handle.board = Board()  # Ray restarted the board: its state is gone
+        await asyncio.sleep(0.7)  # one share period
+        share.cancel()
+        assert decider.pin == "vanilla"
+        assert handle.board.router_state("ingress-b", "build-1").pin == "vanilla"
+
+    asyncio.run(run())
