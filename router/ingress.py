@@ -27,20 +27,18 @@ from ray.serve.llm.ingress import OpenAiIngress
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from vllm.entrypoints.generate.base.protocol import StreamOptions
 
-from cluster.config import Route, SpecserveConfig, TaskType, read_config_value
+from cluster.config import Route, SpecserveConfig, TaskType
 from deployments.logs import use_serve_log_handlers
 from deployments.stats import PUSH_PERIOD_S, get_board
 from router.admission import admit
 from router.auth import OPEN_PATHS, ApiKeys
 from router.decider import RouteDecider, route_headers
-from router.features import max_prompt_tokens, prompt_tokens
 from router.errors import RequestError, error_response, install_error_handlers
 from router.health import REPLICA_FAILURES, PoolHealth, PoolLost, await_unless_gone
 from router.metrics import CONTENT_TYPE, RouterMetrics
 from router.policy import PoolLoad, RequestFeatures
 from router.pressure import PressureTracker
 from router.streaming import RelayedStream
-from router.validation import Limits, validate_request
 
 logger = logging.getLogger("specserve.router")
 
@@ -107,9 +105,6 @@ class SpecserveIngress(OpenAiIngress):
         self._estimator = self._decider.estimator
         self._metrics = RouterMetrics(self._pressure.pool_stats, self._estimator)
         self._health = PoolHealth()
-        self._limits = Limits(self._cfg.model.max_model_len,
-                              read_config_value(self._cfg.model.path, "vocab_size"),
-                              self._cfg.server.max_n)
         loop = asyncio.get_event_loop()
         self._background = [
             loop.create_task(self._pressure.run(on_snapshot=self._observe)),
@@ -127,18 +122,6 @@ class SpecserveIngress(OpenAiIngress):
         loads = self._estimator.with_step_times(self._pressure.loads())
         return {pool: dataclasses.replace(load, available=self._health.available(pool))
                 for pool, load in loads.items()}
-
-    def _prompt_len(self, body) -> int:
-        """The prompt's length in target tokens where a limit depends on it, else a byte bound
-        (router.features.max_prompt_tokens) already within every limit: short prompts, the
-        common case, skip the tokenizer."""
-        bound = max_prompt_tokens(body)
-        max_tokens = getattr(body, "max_completion_tokens", None) or body.max_tokens or 1
-        context = self._decider.speculator_context
-        if bound + max_tokens <= self._cfg.model.max_model_len and (context is None
-                                                                   or bound < context):
-            return bound
-        return prompt_tokens(body, self._decider.tokenizer)
 
     def _retry_route(self, failed: Route) -> Route:
         """Where a request goes after `failed` lost it: the other pool when it is up, else the
@@ -179,8 +162,7 @@ class SpecserveIngress(OpenAiIngress):
     async def _process_llm_request(self, body, call_method: str,
                                    raw_request: Request | None = None) -> Response:
         await self._get_model_id(body.model)  # 404 before any decision is counted
-        prompt_len = self._prompt_len(body)
-        validate_request(body, prompt_len, self._limits)
+        prompt_len = self._decider.validate(body)  # the same validation as batch rows
         loads = self._loads()
         retry_after = {"Retry-After": str(self._cfg.server.retry_after_s)}
         if not any(load.available for load in loads.values()):
