@@ -76,13 +76,14 @@ class BatchRun:
                 if self._plan.has(row):
                     self._stats.skipped += 1
                     continue
-                seq = await self._writer.take()
                 if isinstance(row, RowError):
+                    seq = await self._writer.take()
                     self._put(seq, error_record(row, self._config_fp), self._stats.observe_error)
                     continue
-                await slots.acquire()
+                await slots.acquire()  # before `take`: a row is taken only when it can start
                 if self.failure:
                     break
+                seq = await self._writer.take()
                 task = asyncio.create_task(self._row(seq, row))
                 tasks.add(task)
                 task.add_done_callback(lambda t: (tasks.discard(t), slots.release()))
