@@ -105,11 +105,6 @@ class BatchRouter:
         if board is None:
             self._state_seen.set()
 
-    @property
-    def pin(self) -> str:
-        """The pin in force: the board's runtime pin once read, else the config's."""
-        return self._decider.pin
-
     async def run(self) -> None:
         """Until cancelled: reports this driver's rows in flight and pulls pool stats; publishes
         its acceptance counts and takes the runtime pin and the other ingresses' counts."""
