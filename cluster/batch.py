@@ -5,12 +5,15 @@
     python -m cluster.cli batch --input in.jsonl --output out.jsonl   # directly, local Ray
     python -m cluster.cli batch --submit http://127.0.0.1:8265 ...    # submits, waits for the head
 
-Rows go to the pools of the specserve application (cluster/batch_app.py) through the online
-router's policy in throughput mode (cluster/batch_router.py), at most `--max-in-flight` at a time;
-each answer is appended to the output as one complete line (cluster/batch_output.py). Re-running
-with the same output skips the rows it already holds, so a killed job re-submitted finishes every
-row exactly once. Rows that got no answer (engine unavailable after retries) get no line: the run
-exits 1 and a re-run retries them.
+Rows (cluster/batch_run.py) are checked as the ingress checks requests and go to the pools of the
+specserve application (cluster/batch_app.py) through the online router's policy in throughput
+mode (cluster/batch_router.py), at most `--max-in-flight` at a time; each answer is appended to the
+output as one complete line (cluster/batch_output.py), as rows finish or in input order
+(`--ordered`, cluster/batch_writer.py). Re-running with the same output skips the rows it already
+answers, so a killed job re-submitted finishes every row exactly once; an output holding answers to
+another input or config is refused (cluster/batch_resume.py). Rows that got no answer (engine
+unavailable after retries) get no line: the run exits 1 and a re-run retries them. The first failed
+write (disk full) stops the run: nothing more goes to the pools, and what is on disk stays whole.
 """
 
 from __future__ import annotations
@@ -25,32 +28,34 @@ import time
 from pathlib import Path
 
 import ray
-from ray.llm._internal.serve.core.configs.openai_api_models import ErrorResponse
-from ray.llm._internal.serve.core.ingress.utils import _sanitize_chat_completion_request
 
 from cluster.batch_app import ClusterUnavailable, close_app, connect, in_ray_job, open_app
-from cluster.batch_output import OutputBusy, OutputFile, error_record, response_record
+from cluster.batch_output import OutputBusy, OutputFailed, OutputFile
+from cluster.batch_resume import config_fingerprint, plan_resume
 from cluster.batch_router import BatchRouter
-from router.decider import route_headers
-from cluster.batch_rows import BatchRow, Endpoint, RowError, count_lines, read_rows
+from cluster.batch_rows import count_lines, read_rows
+from cluster.batch_run import BatchRun, log
 from cluster.batch_submit import submit
-from cluster.batch_summary import BatchStats, progress_line, summary_text
+from cluster.batch_summary import BatchStats, summary_text
+from cluster.batch_writer import RowWriter
 from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig, check_checkpoints
 from deployments.stats import get_board
-from router.errors import RequestError, error_response
-from router.policy import Decision, RequestFeatures, Unroutable
 
 CONFIG_JSON_ENV = "SPECSERVE_CONFIG_JSON"  # how the RayJob manifest passes the config
-RETRY_BACKOFF_S = 2.0
-STATS_WAIT_S = 5.0  # for the first StatsBoard snapshot before routing rows
-_FAILURES_LOGGED = 5
+ORDER_WINDOW_PER_SLOT = 4  # --ordered: rows taken and not yet written, per --max-in-flight slot
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input", required=True, help="OpenAI Batch API JSONL (on the head's "
                    "filesystem; a relative path under `ray job submit` is inside --working-dir)")
     p.add_argument("--output", required=True, help="results JSONL, appended; re-running with the "
-                   "same file skips its rows (absolute under `ray job submit`)")
+                   "same file skips the rows it answers, and refuses if it holds answers to "
+                   "another input or config (absolute under `ray job submit`)")
+    p.add_argument("--replace-changed", action="store_true", help="re-run rows whose answer in "
+                   "--output no longer matches their input line or the config (and drop answers "
+                   "to custom_ids not in --input), replacing their old lines")
+    p.add_argument("--ordered", action="store_true", help="write lines in input order (each "
+                   "once every earlier row of the run has its line) instead of as rows finish")
     p.add_argument("--config", default=None, help=f"YAML config (default: ${CONFIG_JSON_ENV} if "
                    f"set, else {DEFAULT_CONFIG_PATH.name})")
     p.add_argument("--app", default="specserve", help="Serve application to use if running; "
@@ -80,10 +85,6 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def log(msg: str) -> None:
-    print(f"specserve batch: {msg}", flush=True)
-
-
 def load_config(path: str | None) -> SpecserveConfig:
     """--config, else $SPECSERVE_CONFIG_JSON (the RayJob's), else cluster/default.yaml."""
     if path is None and os.environ.get(CONFIG_JSON_ENV):
@@ -95,132 +96,15 @@ def load_config(path: str | None) -> SpecserveConfig:
     return cfg
 
 
-class BatchRun:
-    """Runs the rows of one input file into one output file."""
-
-    def __init__(self, args: argparse.Namespace, out: OutputFile, router: BatchRouter,
-                 handles: dict, stats: BatchStats):
-        self._args, self._out, self._router, self._handles = args, out, router, handles
-        self._stats = stats
-        self._failures_logged = 0
-
-    async def run(self, rows) -> None:
-        """All rows not yet in the output; returns when each has its line or gave up."""
-        slots = asyncio.Semaphore(self._args.max_in_flight)
-        tasks: set[asyncio.Task] = set()
-        background = [asyncio.create_task(self._router.run()),
-                      asyncio.create_task(self._progress())]
-        try:
-            await self._router.wait_for_stats(STATS_WAIT_S)
-            for row in rows:
-                if self._out.finished.has(row):
-                    self._stats.skipped += 1
-                elif isinstance(row, RowError):
-                    self._out.write(error_record(row))
-                    self._stats.observe_error()
-                else:
-                    await slots.acquire()
-                    task = asyncio.create_task(self._row(row))
-                    tasks.add(task)
-                    task.add_done_callback(lambda t: (tasks.discard(t), slots.release()))
-            if tasks:
-                await asyncio.wait(tasks)
-        finally:
-            for task in [*tasks, *background]:
-                task.cancel()
-            await asyncio.gather(*tasks, *background, return_exceptions=True)
-            log(progress_line(self._stats, self._router.in_flight()))
-
-    async def _row(self, row: BatchRow) -> None:
-        try:
-            await self._route_and_run(row)
-        except asyncio.CancelledError:
-            self._stats.unfinished += 1
-            raise
-        except Exception as e:  # a bug must not lose the row silently: it stays for a re-run
-            self._stats.unfinished += 1
-            self._log_failure(row, "-", f"{type(e).__name__}: {e}")
-
-    async def _route_and_run(self, row: BatchRow) -> None:
-        try:
-            features, decision = self._router.decide(row.body)
-        except RequestError as e:  # an invalid `route` field: 400, as online
-            self._answer(row, e.status, _error_body(e.status, e.message, e.param))
-            return
-        except Unroutable as e:  # no pool the application runs may take it: 400, as online
-            self._answer(row, 400, _error_body(400, str(e), e.param))
-            return
-        route = decision.route
-        self._router.start(route)
-        try:
-            answer = await self._call(route, row)
-        finally:
-            self._router.finish(route)
-        if answer is None:
-            self._stats.unfinished += 1
-            return
-        status, body = answer
-        if route == "speculative" and status < 400:
-            self._router.learn(features, body)
-        self._answer(row, status, body, features, decision)
-
-    def _answer(self, row: BatchRow, status: int, body: dict,
-                features: RequestFeatures | None = None, decision: Decision | None = None) -> None:
-        routed = features is not None and decision is not None
-        headers = route_headers(features, decision) if routed else {}
-        self._out.write(response_record(row, status, body, headers))
-        self._stats.observe_response(status, body, decision.route if routed else None,
-                                     decision.reason if routed else None,
-                                     features.task if routed else None)
-
-    async def _call(self, route: str, row: BatchRow) -> tuple[int, dict] | None:
-        """(status, body) from the pool, retrying an unavailable pool; None: gave up."""
-        body = row.body
-        if row.endpoint is Endpoint.CHAT:
-            body = _sanitize_chat_completion_request(body)
-        for attempt in range(self._args.max_retries + 1):
-            if attempt:
-                await asyncio.sleep(RETRY_BACKOFF_S * 2 ** (attempt - 1))
-            try:
-                first = await asyncio.wait_for(self._first_chunk(route, row.endpoint, body),
-                                               self._args.request_timeout_s)
-            except Exception as e:  # replica died, backpressure, timeout: the pool, not the row
-                self._log_failure(row, route, f"attempt {attempt + 1}: {type(e).__name__}: {e}")
-                continue
-            if not isinstance(first, ErrorResponse):
-                return 200, first.model_dump()
-            if first.error.code < 500:
-                return first.error.code, {"error": first.error.model_dump()}
-            self._log_failure(row, route, f"attempt {attempt + 1}: {first.error.code} "
-                              f"{first.error.message}")
-        return None
-
-    def _log_failure(self, row: BatchRow, route: str, failure: str) -> None:
-        """Logs the first few failures in full; the summary counts the rows left unfinished."""
-        if self._failures_logged < _FAILURES_LOGGED:
-            self._failures_logged += 1
-            log(f"line {row.line} ({row.custom_id}) on {route}: {failure.splitlines()[0][:300]}")
-
-    async def _first_chunk(self, route: str, endpoint: Endpoint, body):
-        first = None
-        async for chunk in getattr(self._handles[route], endpoint.value).remote(body, None):
-            if first is None:
-                first = chunk[0] if isinstance(chunk, list) else chunk
-        return first
-
-    async def _progress(self) -> None:
-        while True:
-            await asyncio.sleep(self._args.progress_interval_s)
-            log(progress_line(self._stats, self._router.in_flight()))
-
-
-def _error_body(status: int, message: str, param: str | None) -> dict:
-    """OpenAI error JSON, as router/errors.py writes it online."""
-    return json.loads(error_response(status, message, param).body)
-
-
 def run(args: argparse.Namespace) -> int:
-    """The driver; exit status 0 when every row has its line, 1 when some are left for a re-run."""
+    """The driver.
+
+    Returns:
+        The exit status: 0 when every row has its line; 1 when some are left for a re-run (no
+        answer, interrupted, a failed write, the cluster unavailable, the output busy); 2 when
+        nothing ran: a bad path, an output that cannot be written, or one holding answers to
+        another input or config (cluster/batch_resume.py).
+    """
     cfg = load_config(args.config)
     output = Path(args.output)
     if in_ray_job() and not output.is_absolute():
@@ -235,26 +119,52 @@ def run(args: argparse.Namespace) -> int:
     except OutputBusy as e:
         log(str(e))
         return 1
-    done = out.finished
-    log(f"input {Path(args.input).resolve()}, output {output.resolve()}: {done.rows} rows already "
-        "there" + (f", torn last line ({done.truncated_bytes} bytes) removed"
-                   if done.truncated_bytes else "")
-        + (f", {done.unreadable} unreadable lines ignored" if done.unreadable else ""))
+    except OutputFailed as e:
+        log(f"--output {args.output}: {e}; nothing was run")
+        return 2
+    existing = out.existing
+    config_fp = config_fingerprint(cfg)
+    plan = plan_resume(existing.records, read_rows(args.input, cfg.model.served_model_name),
+                       config_fp, args.replace_changed)
+    log(f"input {Path(args.input).resolve()}, output {output.resolve()}: {existing.rows} rows "
+        "already there" + (f", torn last line ({existing.truncated_bytes} bytes) removed"
+                           if existing.truncated_bytes else "")
+        + (f", {existing.unreadable} unreadable lines ignored" if existing.unreadable else ""))
+    if plan.changed and not args.replace_changed:
+        out.close()
+        log(plan.refusal(args.input, args.output))
+        return 2
+    if plan.remove:
+        try:
+            out.remove_lines(plan.remove)
+        except OutputFailed as e:
+            out.close()
+            log(f"--output {args.output}: {e}; nothing was run")
+            return 1
+        log(f"removed {plan.superseded} lines without an answer that no longer match their "
+            f"input line, and {len(plan.remove) - plan.superseded} changed answers "
+            "(--replace-changed): those rows run again")
     stats = BatchStats(total=count_lines(args.input))
-    app, owned = None, False
+    writer = RowWriter(out, args.ordered, ORDER_WINDOW_PER_SLOT * args.max_in_flight)
+    app, owned, failure = None, False, None
     try:
         connect(args.address, cfg, args.wait_s, log)
         app, handles, owned = open_app(cfg, args.app, args.wait_s, log)
         driver_id = f"batch-{os.getpid()}-{int(time.time())}"
         router = BatchRouter(cfg, sorted(handles), get_board(app), driver_id)
         stats.started_s = time.monotonic()
-        batch = BatchRun(args, out, router, handles, stats)
-        _run_until_signal(batch.run(read_rows(args.input, cfg.model.served_model_name)))
+        batch = BatchRun(args, writer, router, handles, stats, plan, config_fp)
+        _run_until_signal(batch.run(read_rows(args.input, cfg.model.served_model_name), out))
+        failure = batch.failure
     except ClusterUnavailable as e:
         log(str(e))
         return 1
     finally:
-        out.close()
+        try:
+            out.close()
+        except OutputFailed as e:
+            failure = failure or e
+            log(f"--output {args.output}: {e}")
         if owned and not args.keep_app:
             close_app(app, log)
         if ray.is_initialized():
@@ -262,7 +172,15 @@ def run(args: argparse.Namespace) -> int:
     summary = stats.to_dict()
     print(summary_text(summary), flush=True)
     if args.summary:
-        Path(args.summary).write_text(json.dumps(summary, indent=2) + "\n")
+        try:
+            Path(args.summary).write_text(json.dumps(summary, indent=2) + "\n")
+        except OSError as e:
+            log(f"--summary {args.summary}: not written ({e})")
+    if failure is not None:
+        log(f"--output {args.output}: {failure}. Stopped at the first failed write: {stats.done} "
+            f"of {stats.total} rows have their line, each complete; free space (or fix the "
+            "output) and re-run the same command to finish the rest")
+        return 1
     if stats.unfinished or stats.done < stats.total:
         log(f"{stats.total - stats.done} rows have no line yet; re-run the same command to "
             "finish them")

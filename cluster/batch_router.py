@@ -14,9 +14,14 @@ throughput, and spills the others to the vanilla pool. ΔR comes from the measur
 (startup profile, then busy-window samples) smoothed into a concave throughput curve
 (`marginal_step_s`); when neither pool adds throughput it falls back to the online step times.
 
-Everything else is the online router's: request features and task classifier, acceptance learned
-from each speculative response, hysteresis, pins, requested routes. The driver reports its rows in
-flight to the StatsBoard as one more ingress, so the online router sees the job's pressure too.
+Everything else is the online router's (`router.decider.RouteDecider`): request validation, features
+and task classifier, acceptance learned from each speculative response, hysteresis, pins, requested
+routes. The driver joins the application's StatsBoard as one more ingress: it reports its rows in
+flight (the online router sees the job's pressure), and every `PUSH_PERIOD_S` it publishes the
+acceptance counts it learned and takes the other ingresses' counts and the runtime pin
+(`PUT /admin/policy`) from it, as ingress replicas do (`RouteDecider.share_forever`). The board
+keeps a driver's counts while it runs (they expire `STALE_AFTER_S` after it ends, as a stopped
+ingress replica's do).
 """
 
 from __future__ import annotations
@@ -93,21 +98,33 @@ class BatchRouter:
                                          {p: getattr(cfg, p).num_replicas for p in pools})
         self._decider = RouteDecider(cfg, pools)
         self.estimator = self._decider.estimator
+        self._board = board
+        self._driver_id = driver_id
         self._snapshot_seen = asyncio.Event()
+        self._state_seen = asyncio.Event()
+        if board is None:
+            self._state_seen.set()
 
     async def run(self) -> None:
-        """Reports this driver's rows in flight and pulls pool stats, until cancelled."""
-        await self._pressure.run(on_snapshot=self._on_snapshot)
+        """Until cancelled: reports this driver's rows in flight and pulls pool stats; publishes
+        its acceptance counts and takes the runtime pin and the other ingresses' counts."""
+        jobs = [self._pressure.run(on_snapshot=self._on_snapshot)]
+        if self._board is not None:
+            jobs.append(self._decider.share_forever(self._board, self._driver_id,
+                                                    on_state=self._state_seen.set))
+        await asyncio.gather(*jobs)
 
     def _on_snapshot(self, pools) -> None:
         self.estimator.update_pools(pools)
         self._snapshot_seen.set()
 
     async def wait_for_stats(self, timeout_s: float) -> None:
-        """Returns once the first StatsBoard snapshot (the pools' step-time profiles) is in, or
-        after `timeout_s`: rows routed before it would see no step times."""
+        """Returns once the first StatsBoard snapshot (the pools' step-time profiles) and router
+        state (the runtime pin, shared acceptance) are in, or after `timeout_s`: rows routed
+        before would see no step times and the config's pin."""
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._snapshot_seen.wait(), timeout_s)
+            await asyncio.wait_for(asyncio.gather(self._snapshot_seen.wait(),
+                                                  self._state_seen.wait()), timeout_s)
 
     def loads(self) -> dict[Route, PoolLoad]:
         """Each pool's load with its marginal step time (throughput mode)."""
@@ -124,14 +141,29 @@ class BatchRouter:
         return {pool: dataclasses.replace(load, step_s=marginal[pool])
                 for pool, load in loads.items()}
 
-    def decide(self, body) -> tuple[RequestFeatures, Decision]:
+    def validate(self, body) -> int:
+        """The online validation of one row's request (`RouteDecider.validate`).
+
+        Returns:
+            The prompt's length in tokens, for `decide`.
+
+        Raises:
+            RequestError: 400 naming the field, as the ingress answers.
+        """
+        return self._decider.validate(body)
+
+    def decide(self, body, prompt_len: int | None = None) -> tuple[RequestFeatures, Decision]:
         """Features and route of one row's request (pops its `route` field).
+
+        Args:
+            body: the row's request.
+            prompt_len: its prompt tokens from `validate` (None: counted where it matters).
 
         Raises:
             RequestError: the `route` field is invalid.
             Unroutable: no pool the application runs may take the row (router/policy.py).
         """
-        return self._decider.decide(body, self.loads())
+        return self._decider.decide(body, self.loads(), prompt_len)
 
     def start(self, route: Route) -> None:
         self._pressure.start(route)

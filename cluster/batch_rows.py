@@ -5,14 +5,20 @@
 
 `read_rows` yields a `BatchRow` for each line that can run and a `RowError` for each that cannot
 (not JSON, no `custom_id`, another method or url, a body the endpoint would refuse, a `custom_id`
-seen on an earlier line); every error names its 1-based line number. The body is validated by the
-same request models the online endpoint uses, so a batch row and an HTTP request agree on what is
-valid.
+seen on an earlier line); every error names its 1-based line number. The body is parsed by the
+same request models the online endpoint uses; the driver then runs the online router's own checks
+(`RouteDecider.validate`) on it, so a batch row and an HTTP request agree on what is valid.
+
+Each row carries its `fingerprint`: the first 16 hex digits of the SHA-256 of the line's JSON
+object in canonical form (sorted keys, no spaces; the stripped text when it is not JSON), so
+whitespace and key order do not count and any change of value does. The output records it beside
+each answer (cluster/batch_resume.py).
 """
 
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,12 +53,14 @@ class BatchRow:
         custom_id: the caller's id, unique in the file.
         endpoint: completions or chat.
         body: the validated request (the `route` extension field still in it).
+        fingerprint: the line's content hash (module docstring).
     """
 
     line: int
     custom_id: str
     endpoint: Endpoint
     body: CompletionRequest | ChatCompletionRequest
+    fingerprint: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,12 +73,14 @@ class RowError:
         code: invalid_json, invalid_custom_id, invalid_method, invalid_url, invalid_body,
             model_not_found or duplicate_custom_id.
         message: what is wrong, naming the line (and the field).
+        fingerprint: the line's content hash (module docstring).
     """
 
     line: int
     custom_id: str | None
     code: str
     message: str
+    fingerprint: str
 
     @property
     def line_keyed(self) -> bool:
@@ -86,13 +96,17 @@ def parse_row(line: int, text: str, model_id: str) -> BatchRow | RowError:
         model_id: the served model name; a body naming another model is refused (the online
             endpoint answers 404).
     """
-    def error(code: str, message: str, custom_id: str | None = None) -> RowError:
-        return RowError(line, custom_id, code, f"line {line}: {message}")
-
     try:
         obj = json.loads(text)
     except ValueError as e:
-        return error("invalid_json", f"not JSON ({e})")
+        return RowError(line, None, "invalid_json", f"line {line}: not JSON ({e})",
+                        _digest(text.strip()))
+    fingerprint = _digest(json.dumps(obj, sort_keys=True, separators=(",", ":"),
+                                     ensure_ascii=False))
+
+    def error(code: str, message: str, custom_id: str | None = None) -> RowError:
+        return RowError(line, custom_id, code, f"line {line}: {message}", fingerprint)
+
     if not isinstance(obj, dict):
         return error("invalid_json", f"expected a JSON object, got {type(obj).__name__}")
     custom_id = obj.get("custom_id")
@@ -121,7 +135,7 @@ def parse_row(line: int, text: str, model_id: str) -> BatchRow | RowError:
     if request.model != model_id:
         found = f"{request.model!r} is not served here" if request.model else "required"
         return error("model_not_found", f"body.model: {found} (served: {model_id!r})", custom_id)
-    return BatchRow(line, custom_id, endpoint, request)
+    return BatchRow(line, custom_id, endpoint, request, fingerprint)
 
 
 def read_rows(path: str | Path, model_id: str) -> Iterator[BatchRow | RowError]:
@@ -141,7 +155,7 @@ def read_rows(path: str | Path, model_id: str) -> Iterator[BatchRow | RowError]:
                 if custom_id in first_line:
                     row = RowError(line, custom_id, "duplicate_custom_id",
                                    f"line {line}: custom_id {custom_id!r} repeats line "
-                                   f"{first_line[custom_id]}; not run")
+                                   f"{first_line[custom_id]}; not run", row.fingerprint)
                 else:
                     first_line[custom_id] = line
             yield row
@@ -151,6 +165,10 @@ def count_lines(path: str | Path) -> int:
     """Non-blank lines of the input (the progress total)."""
     with open(path, "rb") as f:
         return sum(1 for text in f if text.strip())
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def _validation_message(err: ValidationError) -> str:

@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from typing import Iterable, get_args
+from typing import Callable, Iterable, get_args
 
-from cluster.config import Route, SpecserveConfig, TaskType, resolve_path
+from cluster.config import Route, SpecserveConfig, TaskType, read_config_value, resolve_path
 from deployments.stats import PUSH_PERIOD_S
 from router.estimator import RouteEstimator
-from router.features import load_tokenizer, request_features
+from router.features import load_tokenizer, max_prompt_tokens, prompt_tokens, request_features
 from router.policy import Decision, PoolLoad, RequestedRoute, RequestFeatures, choose_route
+from router.validation import Limits, validate_request
 
 logger = logging.getLogger("specserve.router")
 PINS = get_args(RequestedRoute)  # "auto", "speculative", "vanilla"
@@ -46,6 +47,10 @@ class RouteDecider:
         # Tokens of context the speculator drafts within (None: unbounded or no speculative pool).
         self.speculator_context = (cfg.speculative.speculator.context_len()
                                    if "speculative" in self.pools else None)
+        # What the engines accept (router/validation.py), for every caller of `validate`.
+        self.limits = Limits(cfg.model.max_model_len,
+                             read_config_value(cfg.model.path, "vocab_size"), cfg.server.max_n,
+                             cfg.server.max_sequences_per_request)
         self._last_auto_route: dict[TaskType, Route] = {}  # per task type, for hysteresis
         self._runtime_pin: str | None = None  # None: the config's router.pin
         self._pin_version = 0  # bumped by set_pin: a board read that spans it is stale
@@ -73,6 +78,32 @@ class RouteDecider:
             raise ValueError(f"pin: pool {pin!r} is not configured")
         self._runtime_pin = pin
         self._pin_version += 1
+
+    def prompt_len(self, body) -> int:
+        """The prompt's length in target tokens where a limit depends on it, else a byte bound
+        (router.features.max_prompt_tokens) already within every limit: short prompts, the
+        common case, skip the tokenizer."""
+        bound = max_prompt_tokens(body)
+        max_tokens = getattr(body, "max_completion_tokens", None) or body.max_tokens or 1
+        context = self.speculator_context
+        if bound + max_tokens <= self.cfg.model.max_model_len and (context is None
+                                                                  or bound < context):
+            return bound
+        return prompt_tokens(body, self.tokenizer)
+
+    def validate(self, body) -> int:
+        """The online validation (`router.validation.validate_request`) of one request, as the
+        ingress and the batch driver both run it before deciding.
+
+        Returns:
+            The prompt's length in tokens (`prompt_len`), for `decide`.
+
+        Raises:
+            RequestError: 400 naming the field.
+        """
+        prompt_len = self.prompt_len(body)
+        validate_request(body, prompt_len, self.limits)
+        return prompt_len
 
     def decide(self, body, loads: dict[Route, PoolLoad], prompt_len: int | None = None,
                ) -> tuple[RequestFeatures, Decision]:
@@ -121,10 +152,17 @@ class RouteDecider:
             histogram[0] += max(0, tokens - 1 - sum((j + 1) * h for j, h in enumerate(histogram)))
         self.estimator.acceptance.observe(features.task, features.temperature, histogram)
 
-    async def share_forever(self, board, replica_id: str) -> None:
+    async def share_forever(self, board, replica_id: str,
+                            on_state: Callable[[], None] | None = None) -> None:
         """Every `PUSH_PERIOD_S`: publishes this replica's acceptance counts to the StatsBoard and
         takes the runtime pin of this build and the other replicas' counts from it; puts the pin
-        back on a board that restarted without it (cancel to stop)."""
+        back on a board that restarted without it (cancel to stop).
+
+        Args:
+            board: the application's StatsBoard actor.
+            replica_id: this replica's (or batch driver's) id on the board.
+            on_state: called after each exchange that reached the board.
+        """
         while True:
             try:
                 board.report_acceptance.remote(replica_id,
@@ -139,6 +177,8 @@ class RouteDecider:
                     else:
                         self._runtime_pin = state.pin
                 self.estimator.acceptance.set_remote(state.acceptance)
+                if on_state is not None:
+                    on_state()
             except Exception:  # the board restarts on failure; keep the last state meanwhile
                 logger.exception("stats board unreachable")
             await asyncio.sleep(PUSH_PERIOD_S)

@@ -27,21 +27,20 @@ from ray.serve.llm.ingress import OpenAiIngress
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from vllm.entrypoints.generate.base.protocol import StreamOptions
 
-from cluster.config import Route, ServerConfig, SpecserveConfig, TaskType, read_config_value
+from cluster.config import Route, ServerConfig, SpecserveConfig, TaskType
 from deployments.logs import use_serve_log_handlers
 from deployments.stats import PUSH_PERIOD_S, get_board
 from router.admission import admit, refusal
 from router.auth import ApiKeyGuard, ApiKeys
 from router.body_limit import BodyLimit
 from router.decider import RouteDecider, route_headers
-from router.features import max_prompt_tokens, prompt_tokens
 from router.errors import RequestError, error_response, install_error_handlers
 from router.health import REPLICA_FAILURES, PoolHealth, PoolLost, await_unless_gone
 from router.metrics import CONTENT_TYPE, RouterMetrics
 from router.policy import Decision, PoolLoad, RequestFeatures, Unroutable
 from router.pressure import PressureTracker
 from router.streaming import RelayedStream, relay_usage, wants_usage
-from router.validation import Limits, request_sequences, validate_request
+from router.validation import request_sequences
 
 logger = logging.getLogger("specserve.router")
 
@@ -101,9 +100,6 @@ class SpecserveIngress(OpenAiIngress):
         scaling = self._cfg.autoscaling
         self._health = PoolHealth(scales_to_zero=[
             p for p in pools if scaling.enabled and scaling.pool(p).min_replicas == 0])
-        self._limits = Limits(self._cfg.model.max_model_len,
-                              read_config_value(self._cfg.model.path, "vocab_size"),
-                              self._cfg.server.max_n, self._cfg.server.max_sequences_per_request)
         loop = asyncio.get_event_loop()
         self._background = [
             loop.create_task(self._pressure.run(on_snapshot=self._observe)),
@@ -154,18 +150,6 @@ class SpecserveIngress(OpenAiIngress):
             await asyncio.sleep(PUSH_PERIOD_S)
         return loop.time() - t0
 
-    def _prompt_len(self, body) -> int:
-        """The prompt's length in target tokens where a limit depends on it, else a byte bound
-        (router.features.max_prompt_tokens) already within every limit: short prompts, the
-        common case, skip the tokenizer."""
-        bound = max_prompt_tokens(body)
-        max_tokens = getattr(body, "max_completion_tokens", None) or body.max_tokens or 1
-        context = self._decider.speculator_context
-        if bound + max_tokens <= self._cfg.model.max_model_len and (context is None
-                                                                   or bound < context):
-            return bound
-        return prompt_tokens(body, self._decider.tokenizer)
-
     def _retry_route(self, failed: Route, decision: Decision) -> Route:
         """Where a request goes after `failed` lost it: another pool it may run on when one is
         up, else the same pool (Serve picks another of its replicas, if any)."""
@@ -208,8 +192,7 @@ class SpecserveIngress(OpenAiIngress):
     async def _process_llm_request(self, body, call_method: str,
                                    raw_request: Request | None = None) -> Response:
         await self._get_model_id(body.model)  # 404 before any decision is counted
-        prompt_len = self._prompt_len(body)
-        validate_request(body, prompt_len, self._limits)
+        prompt_len = self._decider.validate(body)  # the same validation as batch rows
         loads = self._loads()
         retry_after = {"Retry-After": str(self._cfg.server.retry_after_s)}
         if not any(load.available or load.asleep for load in loads.values()):

@@ -1,9 +1,10 @@
 """End to end: `specserve batch` under a real `ray job submit` to a local `ray start --head`.
 
 One head and one application for the module: the first job deploys the application itself
-(`specserve-batch`, kept with --keep-app) and every later job and the online comparison use it.
-The head is torn down at the end of the module, before tests/test_serving.py starts its own
-application (two engine sets at once would not fit this machine's 2 cores).
+(`specserve-batch`, kept with --keep-app) and every later job and the online comparison use it
+(the kill -9 test, last, lets its job delete it). The head is torn down at the end of the module,
+before tests/test_serving.py starts its own application (two engine sets at once would not fit
+this machine's 2 cores). Disk-full cases write to a real small tmpfs (tests/small_fs.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ import pytest
 import yaml
 
 from batch_head import VENV_BIN, RayHead
+from small_fs import tmpfs
+
+from cluster.batch_rows import parse_row
 from cluster.config import MODELS_DIR_ENV, models_dir
 from deployments.cores import CORES_DIR_ENV, node_cores
 
@@ -104,10 +108,17 @@ def batch_cmd(config_path: Path, inp: Path, out: Path, *flags: str) -> list[str]
 
 def submit_job(head: RayHead, cmd: list[str], *submit_flags: str,
                timeout_s: float = 600) -> subprocess.CompletedProcess:
-    """`ray job submit --working-dir <repo> -- <cmd>`, as a user types it."""
-    return subprocess.run([str(VENV_BIN / "ray"), "job", "submit", "--address",
+    """`ray job submit --working-dir <repo> -- <cmd>`, as a user types it; prints the job's
+    verdict (shown by `pytest -rA`)."""
+    proc = subprocess.run([str(VENV_BIN / "ray"), "job", "submit", "--address",
                            head.dashboard_url, "--working-dir", str(REPO), *submit_flags, "--",
                            *cmd], env=head.env, capture_output=True, text=True, timeout=timeout_s)
+    said = [t for t in proc.stdout.splitlines() if t.startswith("specserve batch: ")]
+    code = next((t.split("exit code ")[1].split(",")[0] for t in proc.stdout.splitlines()
+                 if "failed with exit code" in t), "0" if proc.returncode == 0 else "?")
+    print(f"[job] {' '.join(cmd[cmd.index('--input'):])}\n  -> ray job submit {proc.returncode}, "
+          f"driver {code}: {said[-1][17:] if said else '-'}")
+    return proc
 
 
 # The mixed file of the first job: (line content, what it is). Line numbers are 1-based.
@@ -129,9 +140,16 @@ def mixed_rows() -> list[dict]:
     rows += [request(f"pin-{r}-{i}", prompt=CODE[i], route=r) for r in ("speculative", "vanilla")
              for i in range(2)]
     rows += [request("hot", prompt=PROSE[0], temperature=1.2, seed=7),
-             request("too-long", prompt=CODE[0], max_tokens=5000),  # the engine refuses: 400
              request("bad-route", prompt=CODE[0], route="sideways")]  # the router refuses: 400
+    rows += [request(cid, prompt=CODE[0], **body) for cid, body in REFUSED_ONLINE.items()]
     return rows
+
+
+# Rows the online validation refuses (router/validation.py): 400 naming the field, in batch too.
+REFUSED_ONLINE = {"too-long": {"max_tokens": 5000}, "n-100": {"n": 100},
+                  "temp-5": {"temperature": 5}, "beam": {"use_beam_search": True}}
+REFUSED_PARAM = {"too-long": "max_tokens", "n-100": "n", "temp-5": "temperature",
+                 "beam": "use_beam_search"}
 
 
 @pytest.fixture(scope="module")
@@ -156,10 +174,10 @@ def test_job_deploys_the_app_and_answers_every_row(first_run):
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "deploying 'specserve-batch'" in proc.stdout and "summary: " in proc.stdout
     summary = json.loads(first_run["summary"].read_text())
-    valid = len(mixed_rows())
-    assert summary["rows"] == {"total": valid + len(MALFORMED), "ok": valid - 2,
-                               "failed": 2 + len(MALFORMED), "skipped": 0, "unfinished": 0}
-    assert sum(summary["routes"].values()) == valid - 1  # bad-route never reached a pool
+    valid, refused = len(mixed_rows()), 1 + len(REFUSED_ONLINE)  # bad-route and the invalid
+    assert summary["rows"] == {"total": valid + len(MALFORMED), "ok": valid - refused,
+                               "failed": refused + len(MALFORMED), "skipped": 0, "unfinished": 0}
+    assert sum(summary["routes"].values()) == valid - refused  # refused rows reach no pool
     assert summary["reasons"]["requested"] == 4 and summary["reasons"]["high_temperature"] == 1
     assert summary["tokens"]["completion"] > 0
 
@@ -174,10 +192,24 @@ def test_malformed_lines_become_error_rows_naming_the_line(first_run):
     assert dup["custom_id"] == "code-0" and "repeats line" in dup["error"]["message"]
     by_id = {r["custom_id"]: r for r in records if r["response"]}
     assert by_id["code-0"]["response"]["status_code"] == 200  # the first occurrence ran
-    refused = {cid: by_id[cid]["response"] for cid in ("too-long", "bad-route")}
+    refused = {cid: by_id[cid]["response"] for cid in ("bad-route", *REFUSED_ONLINE)}
     assert all(r["status_code"] == 400 and r["body"]["error"]["code"] == 400
                for r in refused.values())
     assert refused["bad-route"]["body"]["error"]["param"] == "route"
+
+
+def test_rows_the_online_endpoint_refuses_are_refused_alike(first_run):
+    """One validation for both: each row gets the 400 (param, message) the endpoint answers."""
+    by_id = {r["custom_id"]: r for r in read_output(first_run["output"]) if r["response"]}
+    rows = {r["custom_id"]: r for r in mixed_rows()}
+    with httpx.Client(base_url=f"http://127.0.0.1:{PORT}", timeout=120) as client:
+        for cid, param in REFUSED_PARAM.items():
+            batch = by_id[cid]["response"]
+            online = client.post(rows[cid]["url"], json=rows[cid]["body"])
+            assert (batch["status_code"], online.status_code) == (400, 400), online.text
+            assert batch["body"]["error"]["param"] == online.json()["error"]["param"] == param
+            assert batch["body"]["error"]["message"] == online.json()["error"]["message"]
+            assert "x-specserve-route" not in batch["headers"]  # no pool was asked
 
 
 def test_every_valid_row_once_and_equal_to_the_online_greedy_output(first_run):
@@ -218,6 +250,174 @@ def test_rerun_directly_skips_completed_rows(first_run, head, config_path, tmp_p
     assert first_run["output"].read_bytes() == before
     rows = json.loads(summary.read_text())["rows"]
     assert rows["skipped"] == rows["total"] and rows["ok"] == rows["failed"] == 0
+
+
+def kept(config_path: Path, inp: Path, out: Path, *flags: str) -> list[str]:
+    """`batch_cmd` with --keep-app: the job leaves the module's application running."""
+    return batch_cmd(config_path, inp, out, "--keep-app", *flags)
+
+
+def write_rows(path: Path, rows: list[dict | str]) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+def test_another_input_with_the_same_ids_is_refused_then_replaced_on_request(
+        first_run, head, config_path, tmp_path):
+    in1 = write_rows(tmp_path / "in1.jsonl", [request(f"row-{i}", prompt=CODE[i])
+                                              for i in range(4)])
+    in2 = write_rows(tmp_path / "in2.jsonl", [request(f"row-{i}", prompt=PROSE[i % 2] + str(i))
+                                              for i in range(4)])
+    out = tmp_path / "out.jsonl"
+    proc = submit_job(head, kept(config_path, in1, out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    before = out.read_bytes()
+    proc = submit_job(head, kept(config_path, in2, out))
+    assert proc.returncode != 0 and "failed" in proc.stdout, proc.stdout[-3000:]
+    assert f"--output {out}: 4 answered rows no longer match --input {in2}" in proc.stdout
+    assert all(f"'row-{i}'" in proc.stdout for i in range(4))  # named, in file order
+    assert "using the running application" not in proc.stdout  # refused before any row ran
+    assert out.read_bytes() == before
+    proc = submit_job(head, kept(config_path, in2, out, "--replace-changed"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "and 4 changed answers (--replace-changed)" in proc.stdout
+    records = read_output(out)
+    expected = {r.custom_id: r.fingerprint for r in
+                (parse_row(n, t, MODEL) for n, t in enumerate(in2.read_text().splitlines(), 1))}
+    assert {r["custom_id"]: r["fingerprint"]["row"] for r in records} == expected
+    assert len(records) == 4 and all(r["response"]["status_code"] == 200 for r in records)
+
+
+def test_fixed_error_lines_are_superseded_not_doubled(first_run, head, config_path, tmp_path):
+    lines = ["{not json", json.dumps(request("b", prompt=CODE[1], max_tokens="many")),
+             json.dumps(request("c", prompt=CODE[2]))]
+    inp, out = write_rows(tmp_path / "in.jsonl", lines), tmp_path / "out.jsonl"
+    proc = submit_job(head, kept(config_path, inp, out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert [r["error"]["code"] if r["error"] else 200 for r in read_output(out)] == \
+        ["invalid_json", "invalid_body", 200]
+    lines[:2] = [json.dumps(request("a", prompt=CODE[0])), json.dumps(request("b", prompt=CODE[1]))]
+    write_rows(inp, lines)
+    proc = submit_job(head, kept(config_path, inp, out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "removed 2 lines without an answer that no longer match" in proc.stdout
+    records = read_output(out)
+    assert Counter(r["custom_id"] for r in records) == {"a": 1, "b": 1, "c": 1}
+    assert all(r["error"] is None and r["response"]["status_code"] == 200 for r in records)
+
+
+def admin_pin(pin: str | None) -> None:
+    with httpx.Client(base_url=f"http://127.0.0.1:{PORT}", timeout=30) as client:
+        r = client.put("/admin/policy", json={"pin": pin})
+        assert r.status_code == 200 and r.json()["pin"] == (pin or "auto"), r.text
+
+
+def test_a_runtime_pin_holds_for_the_rows_of_a_job(first_run, head, config_path, tmp_path):
+    """`PUT /admin/policy` on the live application reaches the job's router (the StatsBoard)."""
+    inp = write_rows(tmp_path / "in.jsonl", [request(f"p-{i}", prompt=CODE[i % 4] + str(i))
+                                             for i in range(6)])
+    out = tmp_path / "out.jsonl"
+    for pin in ("vanilla", "speculative"):
+        admin_pin(pin)
+        try:
+            proc = submit_job(head, kept(config_path, inp, out))
+        finally:
+            admin_pin(None)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        routed = {(r["response"]["headers"]["x-specserve-route"],
+                   r["response"]["headers"]["x-specserve-reason"]) for r in read_output(out)}
+        assert routed == {(pin, "pinned")}
+        out.unlink()
+
+
+def acceptance_tasks() -> set[str]:
+    """Task types the online router has acceptance estimates for (its /metrics)."""
+    text = httpx.get(f"http://127.0.0.1:{PORT}/metrics", timeout=30).text
+    return {line.split('task="')[1].split('"')[0] for line in text.splitlines()
+            if line.startswith("specserve_mean_acceptance_length{")}
+
+
+def test_acceptance_learned_from_batch_rows_reaches_the_online_router(first_run, head,
+                                                                     config_path, tmp_path):
+    """Extraction rows, which no online request of this module sends, forced speculative: the
+    online router's estimates gain the task while the job publishes its counts."""
+    assert "extraction" not in acceptance_tasks()
+    texts = ["Extract the names from: Alice met Bob in Paris.",
+             "Summarize the following text: the cat sat on the mat. TL;DR:"]
+    inp = write_rows(tmp_path / "in.jsonl", [request(f"x-{i}", prompt=texts[i % 2] + f" ({i})",
+                                                     max_tokens=48, route="speculative")
+                                             for i in range(12)])
+    out = tmp_path / "out.jsonl"
+    cmd = [str(VENV_BIN / "ray"), "job", "submit", "--address", head.dashboard_url,
+           "--working-dir", str(REPO), "--",
+           *kept(config_path, inp, out, "--max-in-flight", "2")]
+    job = subprocess.Popen(cmd, env=head.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+    seen, deadline = False, time.monotonic() + 300
+    while not seen and time.monotonic() < deadline:
+        seen = "extraction" in acceptance_tasks()
+        if job.poll() is not None and not seen:  # the board keeps a driver's counts 5 s
+            time.sleep(1)
+            seen = "extraction" in acceptance_tasks()
+            break
+        time.sleep(0.3)
+    stdout, _ = job.communicate(timeout=300)
+    assert job.returncode == 0, stdout[-3000:]
+    assert all(r["response"]["headers"]["x-specserve-task"] == "extraction"
+               for r in read_output(out))
+    assert seen, "the online router never saw the job's extraction acceptance"
+
+
+def test_disk_full_stops_at_the_first_failed_write_with_every_line_whole(
+        first_run, head, config_path, tmp_path):
+    rows = [request(f"d-{i}", prompt=CODE[i % 4] + str(i), max_tokens=24) for i in range(40)]
+    inp = write_rows(tmp_path / "in.jsonl", rows)
+    with tmpfs(tmp_path / "small", 12) as small:
+        out, summary = small / "out.jsonl", tmp_path / "summary.json"
+        cmd = kept(config_path, inp, out, "--max-in-flight", "4", "--summary", str(summary))
+        proc = submit_job(head, cmd)
+        assert proc.returncode != 0, proc.stdout[-3000:]
+        assert "stopping at the first failed write" in proc.stdout, proc.stdout[-3000:]
+        assert "No space left on device" in proc.stdout and "Traceback" not in proc.stdout
+        written = read_output(out)  # every line complete JSON, the file ends with its newline
+        done = json.loads(summary.read_text())
+        assert 0 < len(written) < len(rows)
+        assert done["rows"]["ok"] == len(written) and done["rows"]["failed"] == 0
+        # no row was started after the failure: those without a line were in flight at it
+        assert done["rows"]["unfinished"] <= 4
+        subprocess.run(["mount", "-o", "remount,size=1m", str(small)], check=True)
+        proc = submit_job(head, cmd)  # space freed: the same command finishes the rest
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        records = read_output(out)
+        assert Counter(r["custom_id"] for r in records) == {r["custom_id"]: 1 for r in rows}
+
+
+def test_disk_full_on_an_error_line_stops_with_a_summary(first_run, head, config_path,
+                                                         tmp_path):
+    """Error lines fill the disk before any row runs: the same stop, message and summary."""
+    lines = [f"{{not json {i}" for i in range(60)] + [json.dumps(request("late", prompt="x"))]
+    inp = write_rows(tmp_path / "in.jsonl", lines)
+    with tmpfs(tmp_path / "small", 4) as small:
+        out = small / "out.jsonl"
+        proc = submit_job(head, kept(config_path, inp, out))
+        assert proc.returncode != 0, proc.stdout[-3000:]
+        assert "stopping at the first failed write" in proc.stdout and "Traceback" not in \
+            proc.stdout, proc.stdout[-3000:]
+        assert "summary: " in proc.stdout
+        done = json.loads(proc.stdout.split("summary: ", 1)[1].splitlines()[0])
+        written = read_output(out)
+        assert 0 < len(written) < 60 and done["rows"]["failed"] == len(written)
+        assert done["routes"] == {}  # the valid row after them never ran
+
+
+def test_ordered_output_follows_the_input(first_run, head, config_path, tmp_path):
+    """Long rows first, short ones after: completion order differs from input order."""
+    rows = [request(f"o-{i}", prompt=CODE[i % 4] + str(i), max_tokens=96 if i % 4 == 0 else 2)
+            for i in range(16)]
+    inp, out = write_rows(tmp_path / "in.jsonl", rows), tmp_path / "out.jsonl"
+    proc = submit_job(head, kept(config_path, inp, out, "--ordered", "--max-in-flight", "8"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert [r["custom_id"] for r in read_output(out)] == [r["custom_id"] for r in rows]
 
 
 def driver_pid(output: Path) -> int | None:

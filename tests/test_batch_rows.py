@@ -73,3 +73,17 @@ def test_a_refused_row_still_owns_its_custom_id(tmp_path):
     first, second = read_rows(path, MODEL)
     assert (first.code, first.line_keyed) == ("invalid_body", False)
     assert second.code == "duplicate_custom_id"
+
+
+def test_the_fingerprint_follows_values_not_formatting():
+    base = parse_row(1, line(max_tokens=8), MODEL)
+    spaced = parse_row(9, json.dumps(json.loads(line(max_tokens=8)), indent=2).replace("\n", " "),
+                       MODEL)
+    reordered = json.loads(line(max_tokens=8))
+    reordered = parse_row(1, json.dumps(dict(reversed(list(reordered.items())))), MODEL)
+    assert base.fingerprint == spaced.fingerprint == reordered.fingerprint
+    assert len(base.fingerprint) == 16
+    assert parse_row(1, line(max_tokens=9), MODEL).fingerprint != base.fingerprint
+    bad, fixed = parse_row(4, "{oops", MODEL), parse_row(4, line(), MODEL)
+    assert bad.fingerprint != fixed.fingerprint != base.fingerprint
+    assert parse_row(4, "{oops  ", MODEL).fingerprint == bad.fingerprint  # the stripped text

@@ -6,6 +6,7 @@ from ray.serve.llm.openai_api_models import CompletionRequest
 from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig
 from router.acceptance import AcceptanceEstimator
 from router.decider import RouteDecider
+from router.errors import RequestError
 from router.policy import PoolLoad
 
 LOADS = {"vanilla": PoolLoad(1, 0, 0.010), "speculative": PoolLoad(1, 0, 0.020)}
@@ -174,3 +175,17 @@ def test_first_sample_of_a_bucket_replaces_its_profile_point():
     assert model.points()[1] == pytest.approx(0.022)
     model.load_profile({1: 0.5})  # a profile never overrides what was measured
     assert model.points()[1] == pytest.approx(0.022)
+
+
+@pytest.mark.parametrize("kw, param", [({"n": 100}, "n"), ({"temperature": 5}, "temperature"),
+                                       ({"use_beam_search": True}, "use_beam_search"),
+                                       ({"max_tokens": 5000}, "max_tokens")])
+def test_validate_refuses_what_the_engines_cannot_serve(decider, kw, param):
+    """The one validation the ingress and the batch driver both run (router/validation.py)."""
+    with pytest.raises(RequestError) as e:
+        decider.validate(CompletionRequest(model="m", prompt="def f(x):\n", **kw))
+    assert (e.value.status, e.value.param) == (400, param)
+
+
+def test_validate_returns_the_prompt_length_the_decision_uses(decider):
+    assert decider.validate(code(max_tokens=8)) >= len("def f(x):\n    return") // 4

@@ -1,0 +1,222 @@
+"""One batch run's rows through the pools: dispatch, retries, lines, and the stop at the first
+failed write (the driver around it: cluster/batch.py).
+
+Rows are taken in input order, at most `--max-in-flight` in flight; each is validated and routed as
+the ingress would (cluster/batch_router.py), sent to its pool's handle, retried while the pool is
+unavailable, and its line handed to the `RowWriter` (completion or input order). A row counts in
+the stats once its line is written. The first failed write (or fsync) stops the run: nothing more
+is taken or sent, rows in flight are cancelled, and what is on disk is whole lines only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+
+from ray.llm._internal.serve.core.configs.openai_api_models import ErrorResponse
+from ray.llm._internal.serve.core.ingress.utils import _sanitize_chat_completion_request
+
+from cluster.batch_output import OutputFailed, OutputFile, error_record, response_record
+from cluster.batch_resume import ResumePlan
+from cluster.batch_router import BatchRouter
+from cluster.batch_rows import BatchRow, Endpoint, RowError
+from cluster.batch_summary import BatchStats, progress_line
+from cluster.batch_writer import RowWriter
+from router.decider import route_headers
+from router.errors import RequestError, error_response
+from router.policy import Decision, RequestFeatures, Unroutable
+
+RETRY_BACKOFF_S = 2.0
+STATS_WAIT_S = 5.0  # for the first StatsBoard snapshot and router state before routing rows
+_FAILURES_LOGGED = 5
+
+
+def log(msg: str) -> None:
+    print(f"specserve batch: {msg}", flush=True)
+
+
+class BatchRun:
+    """Runs the rows of one input file into one output file; stops at the first failed write.
+
+    Args:
+        args: the parsed flags.
+        writer: where finished rows' lines go (completion or input order).
+        router: the route decisions.
+        handles: streaming handle of each pool.
+        stats: the run's counts (a row counts once its line is written).
+        plan: what the output already holds (`plan_resume`).
+        config_fp: this run's config fingerprint, recorded on each line.
+    """
+
+    def __init__(self, args: argparse.Namespace, writer: RowWriter, router: BatchRouter,
+                 handles: dict, stats: BatchStats, plan: ResumePlan, config_fp: str):
+        self._args, self._writer, self._router, self._handles = args, writer, router, handles
+        self._stats, self._plan, self._config_fp = stats, plan, config_fp
+        self._failures_logged = 0
+        self._main: asyncio.Task | None = None
+        self._closing = False
+        self.failure: OutputFailed | None = None
+
+    async def run(self, rows, out: OutputFile) -> None:
+        """All rows not yet in the output; returns when each has its line or gave up, or at the
+        first failed write (`failure`), with every in-flight row cancelled."""
+        self._main = asyncio.current_task()
+        slots = asyncio.Semaphore(self._args.max_in_flight)
+        tasks: set[asyncio.Task] = set()
+        background = [asyncio.create_task(self._router.run()),
+                      asyncio.create_task(self._progress()),
+                      asyncio.create_task(self._sync(out))]
+        try:
+            await self._router.wait_for_stats(STATS_WAIT_S)
+            for row in rows:
+                if self.failure:
+                    break
+                if self._plan.has(row):
+                    self._stats.skipped += 1
+                    continue
+                if isinstance(row, RowError):
+                    seq = await self._writer.take()
+                    self._put(seq, error_record(row, self._config_fp), self._stats.observe_error)
+                    continue
+                await slots.acquire()  # before `take`: a row is taken only when it can start
+                if self.failure:
+                    break
+                seq = await self._writer.take()
+                task = asyncio.create_task(self._row(seq, row))
+                tasks.add(task)
+                task.add_done_callback(lambda t: (tasks.discard(t), slots.release()))
+            if tasks:
+                await asyncio.wait(tasks)
+        except asyncio.CancelledError:
+            if self.failure is None:  # SIGTERM / Ctrl-C, not a failed write
+                raise
+            asyncio.current_task().uncancel()
+        finally:
+            self._closing = True
+            for task in [*tasks, *background]:
+                task.cancel()
+            await asyncio.gather(*tasks, *background, return_exceptions=True)
+            self._stats.unfinished = self._writer.taken - self._writer.written
+            log(progress_line(self._stats, self._router.in_flight()))
+
+    def _stop(self, failure: OutputFailed) -> None:
+        """The first failed write ends the run: nothing more is written or sent to a pool."""
+        if self.failure is None:
+            self.failure = failure
+            log(f"stopping at the first failed write: {failure}")
+        if self._main is not None and self._main is not asyncio.current_task() \
+                and not self._closing:
+            self._main.cancel()
+
+    def _put(self, seq: int, record: dict, on_written) -> None:
+        try:
+            self._writer.put(seq, record, on_written)
+        except OutputFailed as e:
+            self._stop(e)
+
+    def _drop(self, seq: int) -> None:
+        try:
+            self._writer.drop(seq)
+        except OutputFailed as e:
+            self._stop(e)
+
+    async def _row(self, seq: int, row: BatchRow) -> None:
+        try:
+            answer = await self._route_and_run(row)
+        except asyncio.CancelledError:
+            self._drop(seq)
+            raise
+        except Exception as e:  # a bug must not lose the row silently: it stays for a re-run
+            self._drop(seq)
+            self._log_failure(row, "-", f"{type(e).__name__}: {e}")
+            return
+        if answer is None:
+            self._drop(seq)
+        else:
+            self._put(seq, *answer)
+
+    async def _route_and_run(self, row: BatchRow):
+        """(record, what to count once it is written) of one row; None: no answer (left for a
+        re-run)."""
+        try:
+            prompt_len = self._router.validate(row.body)  # the ingress's checks: same 400s
+            features, decision = self._router.decide(row.body, prompt_len)
+        except RequestError as e:  # an invalid field, or `route`: 400, as online
+            return self._answer(row, e.status, _error_body(e.status, e.message, e.param))
+        except Unroutable as e:  # no pool the application runs may take it: 400, as online
+            return self._answer(row, 400, _error_body(400, str(e), e.param))
+        route = decision.route
+        self._router.start(route)
+        try:
+            answer = await self._call(route, row)
+        finally:
+            self._router.finish(route)
+        if answer is None:
+            return None
+        status, body = answer
+        if route == "speculative" and status < 400:
+            self._router.learn(features, body)
+        return self._answer(row, status, body, features, decision)
+
+    def _answer(self, row: BatchRow, status: int, body: dict,
+                features: RequestFeatures | None = None, decision: Decision | None = None):
+        routed = features is not None and decision is not None
+        headers = route_headers(features, decision) if routed else {}
+        record = response_record(row, status, body, headers, self._config_fp)
+        return record, functools.partial(
+            self._stats.observe_response, status, body, decision.route if routed else None,
+            decision.reason if routed else None, features.task if routed else None)
+
+    async def _call(self, route: str, row: BatchRow) -> tuple[int, dict] | None:
+        """(status, body) from the pool, retrying an unavailable pool; None: gave up."""
+        body = row.body
+        if row.endpoint is Endpoint.CHAT:
+            body = _sanitize_chat_completion_request(body)
+        for attempt in range(self._args.max_retries + 1):
+            if attempt:
+                await asyncio.sleep(RETRY_BACKOFF_S * 2 ** (attempt - 1))
+            try:
+                first = await asyncio.wait_for(self._first_chunk(route, row.endpoint, body),
+                                               self._args.request_timeout_s)
+            except Exception as e:  # replica died, backpressure, timeout: the pool, not the row
+                self._log_failure(row, route, f"attempt {attempt + 1}: {type(e).__name__}: {e}")
+                continue
+            if not isinstance(first, ErrorResponse):
+                return 200, first.model_dump()
+            if first.error.code < 500:
+                return first.error.code, {"error": first.error.model_dump()}
+            self._log_failure(row, route, f"attempt {attempt + 1}: {first.error.code} "
+                              f"{first.error.message}")
+        return None
+
+    def _log_failure(self, row: BatchRow, route: str, failure: str) -> None:
+        """Logs the first few failures in full; the summary counts the rows left unfinished."""
+        if self._failures_logged < _FAILURES_LOGGED:
+            self._failures_logged += 1
+            log(f"line {row.line} ({row.custom_id}) on {route}: {failure.splitlines()[0][:300]}")
+
+    async def _first_chunk(self, route: str, endpoint: Endpoint, body):
+        first = None
+        async for chunk in getattr(self._handles[route], endpoint.value).remote(body, None):
+            if first is None:
+                first = chunk[0] if isinstance(chunk, list) else chunk
+        return first
+
+    async def _progress(self) -> None:
+        while True:
+            await asyncio.sleep(self._args.progress_interval_s)
+            log(progress_line(self._stats, self._router.in_flight()))
+
+    async def _sync(self, out: OutputFile) -> None:
+        """fsyncs each line within a second even when no further row finishes."""
+        try:
+            await out.sync_forever()
+        except OutputFailed as e:
+            self._stop(e)
+
+
+def _error_body(status: int, message: str, param: str | None) -> dict:
+    """OpenAI error JSON, as router/errors.py writes it online."""
+    return json.loads(error_response(status, message, param).body)
