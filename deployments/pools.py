@@ -24,6 +24,7 @@ from vllm.v1.metrics.reader import get_metrics_snapshot
 from cluster.config import ModelConfig, PoolConfig, SpeculativePoolConfig, resolve_path
 from deployments.autoscaler import MEMORY_BOUND_METRIC, WAITING_METRIC
 from deployments.cores import CoreLease
+from deployments.engine_metrics import export_engine_metrics
 from deployments.logs import use_serve_log_handlers
 from deployments.profile import PROFILE_PROMPT, profile_batches, profile_step_times
 from deployments.sampling_check import SamplingCheck, check_sampling
@@ -71,6 +72,7 @@ class PoolServer(LLMServer):
             self._cores = CoreLease.acquire(cpu_cores, owner=f"{pool} replica {self._replica_id}")
             os.environ.update(self._cores.vllm_env())  # the engine processes inherit it
         await super().__init__(llm_config, **kwargs)
+        export_engine_metrics(getattr(self.engine, "_engine_client", None))
         if self._cores is not None:
             pinned = self._cores.pin_children()
             logger.info("%s replica %s owns cores %s (engine processes %s)", pool,
@@ -190,7 +192,8 @@ def llm_config(model: ModelConfig, pool: PoolConfig, deployment_config: dict | N
     """Ray Serve LLM config for one pool: the target, plus the speculator for the speculative pool.
 
     `log_engine_metrics=False` with `disable_log_stats=False` keeps vLLM's own Prometheus logger in
-    the replica process, which `get_metrics_snapshot()` reads (Ray's logger exports elsewhere).
+    the replica process, which `get_metrics_snapshot()` reads (Ray's logger would replace it);
+    `PoolServer` adds Ray's export beside it (deployments/engine_metrics.py).
     `deployment_config` (Serve deployment options, e.g. an `autoscaling_config`) replaces the
     default `{"num_replicas": pool.num_replicas}`.
 
