@@ -1,4 +1,5 @@
-"""A real Prometheus for tests: its binaries, a local server scraping given targets, and its API.
+"""A real Prometheus for tests: its binaries, a local server scraping given targets, its API, and
+the checks the live tests apply to the dashboard's queries.
 
 Where the binaries come from (absent ones make the tests that need them skip, saying why):
 $PROMETHEUS_BIN / $PROMTOOL_BIN, else ~/.cache/specserve/prometheus/ (unpacked from Debian's
@@ -8,6 +9,8 @@ on PATH.
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import shutil
 import socket
@@ -18,7 +21,11 @@ from pathlib import Path
 import httpx
 import yaml
 
+from cluster.observability.panels import evaluable, panels
+
 CACHE_DIR = Path("~/.cache/specserve/prometheus").expanduser()
+# httpx logs a line per API call at INFO, which Ray's logging setup shows
+logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def binary(name: str) -> Path | None:
@@ -143,3 +150,37 @@ class LocalPrometheus:
     def metric_names(self) -> list[str]:
         """Every metric name in the TSDB (for failure messages)."""
         return self._api("label/__name__/values")
+
+
+def why_not_sane(unit: str, result: list[dict]) -> str | None:
+    """None if a query result has series, every value finite, ≥ 0, and ≤ 1 for a fraction."""
+    if not result:
+        return "no series"
+    values = [float(r["value"][1]) for r in result]
+    if not all(math.isfinite(v) for v in values):
+        return f"non-finite values {values}"
+    if any(v < 0 for v in values):
+        return f"negative values {values}"
+    if unit == "percentunit" and any(v > 1 for v in values):
+        return f"fractions above 1: {values}"
+    return None
+
+
+def panel_queries(window: str, autoscaled: bool) -> dict[str, tuple[str, str]]:
+    """{id: (PromQL, unit)} of the dashboard's panel queries whose `autoscaled` is as given."""
+    return {f"{p.key}[{i}] {q.legend}": (evaluable(q.expr, window), p.unit)
+            for p in panels() if p.autoscaled == autoscaled for i, q in enumerate(p.queries)}
+
+
+def wait_sane(prom: LocalPrometheus, queries: dict[str, tuple[str, str]], within_s: float,
+              ) -> tuple[dict[str, list[dict]], dict[str, str]]:
+    """Evaluates `queries` every 5 s until each is sane (`why_not_sane`) or `within_s` passed
+    (Ray's export refreshes every 10 s). Returns (results, {id: why not sane})."""
+    deadline = time.monotonic() + within_s
+    while True:
+        results = {k: prom.query(expr) for k, (expr, _) in queries.items()}
+        bad = {k: why for k, (_, unit) in queries.items()
+               if (why := why_not_sane(unit, results[k]))}
+        if not bad or time.monotonic() > deadline:
+            return results, bad
+        time.sleep(5)

@@ -85,7 +85,8 @@ ALERTS: tuple[Alert, ...] = (
           ratio_by(_ACCEPTED, _DRAFTED, window="30m"),
           "<", f"{DRIFT_FRACTION} * {ratio_by(_ACCEPTED, _DRAFTED, window='6h')}", "15m",
           "warning",
-          "The {{ $labels.pool }} pool's acceptance rate fell to {{ $value | humanizePercentage }}, "
+          "The {{ $labels.pool }} pool's acceptance rate fell to "
+          "{{ $value | humanizePercentage }}, "
           f"below {DRIFT_FRACTION:.0%} of its 6 h average",
           "Accepted / proposed draft tokens of the pool's engines (vLLM's counters, last 30 "
           "min) against the trailing 6 h: acceptance drifts down across every task type."),

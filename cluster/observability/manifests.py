@@ -85,8 +85,8 @@ def prometheus_rule() -> dict:
     """The alert rules as a PrometheusRule."""
     return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
             "metadata": _operator_metadata("specserve-alerts"),
-            "spec": Doc("The rule groups of specserve-rules.yaml (cluster/observability/alerts.py).",
-                        rule_groups())}
+            "spec": Doc("The rule groups of specserve-rules.yaml "
+                        "(cluster/observability/alerts.py).", rule_groups())}
 
 
 def dashboard_configmap() -> dict:

@@ -26,6 +26,7 @@ POOLS_RE = "|".join(sorted(get_args(Route)))
 REJECTED = "rejected_overload"  # the decision reason of a 429 (router/ingress.py)
 ROUTED = f'reason!="{REJECTED}"'  # decisions that reached a pool
 REFUSED = f'reason="{REJECTED}"'
+OPENAI = 'route=~"/v1/.*"'  # Serve's proxy labels requests by path: not /metrics, /health
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,8 @@ class Panel:
         stack: stack the series (shares of one total).
         bars: draw bars (counts per interval) instead of lines.
         main: one of the panels `specserve observability png` renders.
+        autoscaled: its series exist only where the autoscaling policy runs
+            (`autoscaling.enabled`: the application deployed with its `autoscaling_policy`).
     """
 
     key: str
@@ -64,6 +67,7 @@ class Panel:
     stack: bool = False
     bars: bool = False
     main: bool = False
+    autoscaled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +167,8 @@ ROWS: tuple[Row, ...] = (
               "Mean over the pool's replicas as the autoscaling policy saw it "
               "(deployments/utilization.py): near 1 speculation is free, near 0 it costs "
               "compute.", "percentunit",
-              (Query("max by (pool) (ray_specserve_autoscaling_memory_bound)", "{{pool}}"),)),
+              (Query("max by (pool) (ray_specserve_autoscaling_memory_bound)", "{{pool}}"),),
+              autoscaled=True),
         Panel("replicas", "Replicas per pool", "Replicas reporting stats to the router, "
               "healthy replicas as Serve counts them, and the autoscaler's target.", "short",
               (Query("specserve_pool_replicas", "{{pool}} reporting"),
@@ -175,17 +180,20 @@ ROWS: tuple[Row, ...] = (
               "Changes of a pool's target or reason (deployments/autoscaling.py), per interval.",
               "short", (Query(f"sum by (pool, action, reason) "
                               f"(increase(ray_specserve_autoscaling_decisions_total[{RATE}]))",
-                              "{{pool}} {{action}} · {{reason}}"),), bars=True),
+                              "{{pool}} {{action}} · {{reason}}"),), bars=True,
+              autoscaled=True),
     )),
     Row("Errors", (
         Panel("http_status", "HTTP responses by status", "Responses per second of Serve's HTTP "
-              "proxy by status code.", "reqps",
-              (Query(f"sum by (status_code) ({rate('ray_serve_num_http_requests_total')})",
+              "proxy to the OpenAI endpoints, by status code.", "reqps",
+              (Query(f"sum by (status_code) "
+                     f"({rate('ray_serve_num_http_requests_total', OPENAI)})",
                      "{{status_code}}"),), stack=True),
         Panel("errors", "Errors, 429s and retries", "4xx/5xx responses by code (Serve's proxy), "
               "requests refused with 429 because their pools were full (router), and requests "
               "retried after a pool lost them before any output.", "reqps",
-              (Query(f"sum by (error_code) ({rate('ray_serve_num_http_error_requests_total')})",
+              (Query(f"sum by (error_code) "
+                     f"({rate('ray_serve_num_http_error_requests_total', OPENAI)})",
                      "HTTP {{error_code}}"),
                Query(f"sum({rate('specserve_requests_total', REFUSED)})", "429: pools full"),
                Query(f"sum by (route) ({rate('specserve_retries_total')})",

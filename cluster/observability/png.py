@@ -4,7 +4,7 @@ reader sees them without Grafana:
     specserve observability png --prometheus http://127.0.0.1:9090 --out DIR [--minutes 30]
 
 Each PNG is one panel of the catalog (panels.py, `main=True`): the same queries and legends,
-evaluated with `query_range` over the last minutes (rate window: 4 steps, at least 1 minute).
+evaluated with `query_range` over the last minutes (rate window: 4 steps, at least 30 s).
 """
 
 from __future__ import annotations
@@ -46,19 +46,30 @@ def legend(fmt: str, labels: dict[str, str]) -> str:
     return _LEGEND_FIELD.sub(lambda m: labels.get(m.group(1), ""), fmt)
 
 
+def _with_gaps(points: list[tuple[float, float]], step_s: float) -> list[tuple[float, float]]:
+    """`points` with a NaN wherever samples are missing, so that a line breaks there instead of
+    joining the two sides (Prometheus leaves out steps without a value)."""
+    out: list[tuple[float, float]] = []
+    for t, v in points:
+        if out and t - out[-1][0] > 1.5 * step_s:
+            out.append((out[-1][0] + step_s, math.nan))
+        out.append((t, v if math.isfinite(v) else math.nan))
+    return out
+
+
 def render_panel(url: str, panel: Panel, out: Path, start: float, end: float,
                  step_s: float) -> int:
     """Draws one panel to `out`; returns how many series it drew."""
-    window = f"{max(60, round(4 * step_s))}s"
+    window = f"{max(30, round(4 * step_s))}s"
     scale, unit = _SCALE.get(panel.unit, (1.0, ""))
     fig, ax = plt.subplots(figsize=(8, 3.6))
     drawn = 0
     for q in panel.queries:
         for series in query_range(url, evaluable(q.expr, window), start, end, step_s):
-            points = [((float(t) - end) / 60, float(v) * scale) for t, v in series["values"]
-                      if math.isfinite(float(v))]
-            if points:
-                xs, ys = zip(*points)
+            points = _with_gaps([(float(t), float(v) * scale) for t, v in series["values"]],
+                                step_s)
+            if any(math.isfinite(y) for _, y in points):
+                xs, ys = zip(*[((t - end) / 60, y) for t, y in points])
                 ax.plot(xs, ys, drawstyle="steps-post" if panel.bars else "default",
                         label=legend(q.legend, series["metric"]), linewidth=1.5)
                 drawn += 1

@@ -17,7 +17,7 @@ def ratio_by(num: str, den: str, by: str = "pool", window: str = RATE) -> str:
 
 
 def mean(histogram: str, selector: str, window: str = RATE) -> str:
-    """Mean observation of a histogram (or summary) over the window: Σ rate(_sum) / Σ rate(_count)."""
+    """Mean observation of a histogram over the window: Σ rate(_sum) / Σ rate(_count)."""
     return (f"(sum({rate(histogram + '_sum', selector, window)}) / "
             f"sum({rate(histogram + '_count', selector, window)}))")
 
