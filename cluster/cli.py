@@ -8,6 +8,8 @@
     specserve cluster VERB [...]         apply / status / scale / upgrade / submit-batch / delete
     specserve batch --input F --output F offline generation over an OpenAI Batch API file
                                          (cluster/batch.py; also under `ray job submit`)
+    specserve observability png --prometheus URL --out DIR
+                                         the dashboard's main panels as PNGs (cluster/observability)
 """
 
 from __future__ import annotations
@@ -112,6 +114,12 @@ def cmd_batch(args: argparse.Namespace, rest: list[str]) -> int:
     return batch_main(rest)
 
 
+def cmd_observability(args: argparse.Namespace, rest: list[str]) -> int:
+    from cluster.observability.png import main as png_main
+
+    return png_main(rest)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="specserve", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -129,6 +137,9 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("cluster", add_help=False, help="operate the RayService on Kubernetes")
     sub.add_parser("batch", add_help=False, help="offline generation over an OpenAI Batch API "
                    "file (see `specserve batch --help`)")
+    o = sub.add_parser("observability", add_help=False, help="the dashboard's main panels as PNGs from a "
+                       "Prometheus (see `specserve observability png --help`)")
+    o.add_argument("action", choices=["png"])
     return p
 
 
@@ -142,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
             return kube_cli.main([args.command, *rest])
         if args.command == "batch":
             return cmd_batch(args, rest)
+        if args.command == "observability":
+            return cmd_observability(args, rest)
         if rest:
             parser().error(f"unrecognized arguments: {' '.join(rest)}")
         return {"serve": cmd_serve, "validate": cmd_validate}[args.command](args)

@@ -2,7 +2,8 @@
 Kubernetes cluster with KubeRay.
 
     specserve render --config manifests/configs/gpu.yaml [--kind rayjob]   YAML on stdout
-    specserve render --all [--check]                  rewrite (or check) manifests/ from configs/
+    specserve render --all [--check]                  rewrite (or check) manifests/ from configs/,
+                                                      and manifests/observability/
     specserve cluster apply --config FILE | -f FILE [--dry-run] [--force-conflicts]
     specserve cluster status [NAME]
     specserve cluster scale [NAME] --group vanilla [--replicas N] [--min N] [--max N]
@@ -50,9 +51,16 @@ def cmd_render(args: argparse.Namespace) -> int:
     if not args.all:
         print(render(SpecserveConfig.from_yaml(args.config), args.config, args.kind), end="")
         return 0
+    # The dashboard needs the `observability` extra (grafana-foundation-sdk): for --all only.
+    from cluster.observability.manifests import render_all as render_observability
+
+    files = render_all(Path(args.out))
+    files.update({path: (text, "cluster/observability/")
+                  for path, text in render_observability(Path(args.out)).items()})
     drifted = 0
-    for path, (text, source) in render_all(Path(args.out)).items():
+    for path, (text, source) in files.items():
         if not args.check:
+            path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
             print(f"wrote {path}")
         elif not path.is_file() or path.read_text() != text:

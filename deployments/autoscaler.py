@@ -15,7 +15,8 @@ Every invocation counts; every change of a pool's target or reason is logged wit
 (logger `ray.serve`, so it lands in the controller's log), counted in
 `specserve_autoscaling_decisions_total{pool,reason,action}` (Ray metrics, exported by Ray's
 metrics agent with Ray's `ray_` prefix), and kept on the application's StatsBoard
-(`StatsBoard.autoscaler()`), which is what tests read to prove the policy runs.
+(`StatsBoard.autoscaler()`), which is what tests read to prove the policy runs. Each tick also
+sets `specserve_autoscaling_memory_bound{pool}` (Ray metrics), the fraction the policy saw.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import logging
 import time
 
 import ray
-from ray.util.metrics import Counter
+from ray.util.metrics import Counter, Gauge
 
 from cluster.autoscaling_config import AutoscalingConfig
 from deployments.autoscaling import Decision, PoolView, decide
@@ -79,6 +80,7 @@ class PoolAutoscaler:
         self._board = None
         self._board_t = 0.0
         self._counter = None
+        self._memory_bound = None
 
     def __call__(self, contexts: dict) -> tuple[dict, dict]:
         self._calls += 1
@@ -113,6 +115,7 @@ class PoolAutoscaler:
             if ray.is_initialized():  # inside Serve's controller; not in pure tests
                 self._count(pool, d)
         if ray.is_initialized():
+            self._gauge(views)
             self._publish(contexts)
 
     def _count(self, pool: str, d: Decision) -> None:
@@ -123,6 +126,21 @@ class PoolAutoscaler:
                                         tag_keys=("pool", "reason", "action"))
             self._counter.inc(tags={"pool": pool, "reason": d.reason,
                                     "action": "pending" if d.pending else d.action})
+        except Exception:  # metrics must never stop the control loop
+            logger.exception("specserve autoscaling: metric export failed")
+
+    def _gauge(self, views: dict[str, PoolView]) -> None:
+        """Sets `specserve_autoscaling_memory_bound{pool}` to the fraction the policy saw this
+        tick (unset while a running replica has not reported one)."""
+        try:
+            if self._memory_bound is None:
+                self._memory_bound = Gauge("specserve_autoscaling_memory_bound",
+                                           "Mean memory-bound fraction of the pool's replicas "
+                                           "as the autoscaling policy saw it, 0..1.",
+                                           tag_keys=("pool",))
+            for pool, v in views.items():
+                if v.memory_bound is not None:
+                    self._memory_bound.set(v.memory_bound, tags={"pool": pool})
         except Exception:  # metrics must never stop the control loop
             logger.exception("specserve autoscaling: metric export failed")
 

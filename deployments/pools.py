@@ -28,6 +28,7 @@ from cluster.config import ConfigError, ModelConfig, PoolConfig, SpeculativePool
     resolve_path
 from deployments.autoscaler import BUSY_METRIC, MEMORY_BOUND_METRIC, WAITING_METRIC
 from deployments.cores import SHARE_CORES_ENV, CoreLease, NoFreeCores
+from deployments.engine_metrics import export_engine_metrics
 from deployments.logs import use_serve_log_handlers
 from deployments.profile import PROFILE_PROMPT, profile_batches, profile_step_times
 from deployments.sampling_check import SamplingCheck, check_sampling
@@ -81,6 +82,7 @@ class PoolServer(LLMServer):
                     raise
                 logger.warning("%s; %s=1: running unbound on shared cores", e, SHARE_CORES_ENV)
         await super().__init__(llm_config, **kwargs)
+        export_engine_metrics(getattr(self.engine, "_engine_client", None))
         if self._cores is not None:
             pinned = self._cores.pin_children()
             logger.info("%s replica %s owns cores %s (engine processes %s)", pool,
@@ -240,7 +242,8 @@ def llm_config(model: ModelConfig, pool: PoolConfig, deployment_config: dict | N
     """Ray Serve LLM config for one pool: the target, plus the speculator for the speculative pool.
 
     `log_engine_metrics=False` with `disable_log_stats=False` keeps vLLM's own Prometheus logger in
-    the replica process, which `get_metrics_snapshot()` reads (Ray's logger exports elsewhere).
+    the replica process, which `get_metrics_snapshot()` reads (Ray's logger would replace it);
+    `PoolServer` adds Ray's export beside it (deployments/engine_metrics.py).
     `deployment_config` (Serve deployment options, e.g. an `autoscaling_config`) replaces the
     default `{"num_replicas": pool.num_replicas}`.
 

@@ -255,6 +255,7 @@ class SpecserveIngress(OpenAiIngress):
                 if attempt == 2:
                     return error_response(503, f"The {route} pool lost the request twice; retry "
                                           "later", headers={**headers, **retry_after})
+                self._metrics.observe_retry(route)
                 headers["x-specserve-retried"] = "1"
                 if self._health.asleep(retry):  # it scaled to zero meanwhile: wake it, wait
                     waited = await self._wait_awake(retry)

@@ -8,18 +8,23 @@ every replica of each pool. Derived figures in PromQL:
     mean acceptance length 1 + rate(specserve_spec_decode_num_accepted_tokens_total[5m])
                            / rate(specserve_spec_decode_num_drafts_total[5m])
     route mix              sum by (route) (rate(specserve_requests_total[5m]))
-    mean expected speedup  rate(specserve_expected_speedup_sum[5m])
-                           / rate(specserve_expected_speedup_count[5m])
+    mean expected speedup  rate(specserve_expected_speedup_sum{route="speculative"}[5m])
+    of requests sent       / rate(specserve_expected_speedup_count{route="speculative"}[5m])
+    speculative
+    retries                sum by (route) (rate(specserve_retries_total[5m]))
+
+The dashboard and alert rules over these series: cluster/observability/.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import Callable, Mapping, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, \
     generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from cluster.config import Route
 from deployments.stats import PoolStats
 from router.estimator import RouteEstimator
 from router.speedup import expected_tokens
@@ -43,18 +48,28 @@ class RouterMetrics:
         self.requests = Counter("specserve_requests", "Requests routed, by path, reason and task.",
                                 ["route", "reason", "task"], registry=self.registry)
         self.speedup = Histogram("specserve_expected_speedup", "Expected speedup S of the "
-                                 "speculative path at decision time, by task.", ["task"],
+                                 "speculative path at decision time, by task and the route "
+                                 "taken.", ["task", "route"],
                                  buckets=(0.5, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2, 3, 4, 6),
                                  registry=self.registry)
         self.wakes = Counter("specserve_pool_wakes", "Wake calls sent to a pool scaled to zero "
                              "(a request wanted it), by pool.", ["pool"], registry=self.registry)
+        self.retries = Counter("specserve_retries", "Requests retried after a pool lost them "
+                               "before any output, by the pool that lost them.", ["route"],
+                               registry=self.registry)
+        for route in get_args(Route):  # every series from the start: rate() sees the first one
+            self.retries.labels(route)
         self.registry.register(_PoolCollector(pool_stats))
         self.registry.register(_EstimateCollector(estimator))
 
     def observe_decision(self, route: str, reason: str, task: str, speedup: float | None) -> None:
         self.requests.labels(route, reason, task).inc()
         if speedup is not None:
-            self.speedup.labels(task).observe(speedup)
+            self.speedup.labels(task, route).observe(speedup)
+
+    def observe_retry(self, route: str) -> None:
+        """A replica of `route` failed a request before any output; the ingress retries it."""
+        self.retries.labels(route).inc()
 
     def observe_wake(self, pool: str) -> None:
         self.wakes.labels(pool).inc()

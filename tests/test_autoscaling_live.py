@@ -20,6 +20,7 @@ import pytest
 
 from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig
 from deployments.cores import CORES_DIR_ENV, node_cores
+from tests.prometheus import LocalPrometheus, missing, panel_queries, wait_sane
 
 PORT = int(os.environ.get("SPECSERVE_TEST_PORT", "8123"))
 APP = "specserve-autoscale"
@@ -172,3 +173,17 @@ def test_ramp_scales_up_and_drain_after_streams_scales_down(live):
     assert ("up", "demand") in applied or ("up", "queue_building") in applied
     assert ("down", "drained") in applied
     assert max(e["replicas"] for e in record["events"]) <= cfg.autoscaling.vanilla.max_replicas
+
+
+@pytest.mark.skipif(missing("prometheus") is not None, reason=missing("prometheus") or "")
+def test_autoscaling_panels_have_series_in_a_real_prometheus(live, tmp_path):
+    """The dashboard's panels on the policy's own series (memory-bound fraction, decisions;
+    cluster/observability/panels.py) through this app's Ray metrics export: sane, not empty."""
+    import ray
+
+    node = next(n for n in ray.nodes() if n["Alive"])
+    with LocalPrometheus({"ray": (f"127.0.0.1:{node['MetricsExportPort']}", "/metrics")},
+                         tmp_path) as prom:
+        results, bad = wait_sane(prom, panel_queries("1m", autoscaled=True), within_s=60)
+    assert not bad, bad
+    print({k: [(r["metric"].get("pool"), r["value"][1]) for r in v] for k, v in results.items()})

@@ -1,0 +1,153 @@
+"""Every dashboard panel and every alert rule against a real Prometheus scraping the running
+session application: the ingress's `GET /metrics` and Ray's metrics export (vLLM's, Serve's and
+the autoscaler's series), after mixed traffic (every task type, greedy and sampled, each route,
+streams, a 400, a 404 and a 429).
+
+Each panel query and each rule's two sides must return series, every value finite and in its
+unit's range: a typo'd metric or label name returns nothing and fails here. The two panels on the
+autoscaling policy's series are checked where the policy runs, in tests/test_autoscaling_live.py
+(the session app has fixed pools). Prometheus itself
+must evaluate every rule without error, and the main panels must render as PNGs. With
+`SPECSERVE_PANELS_PNG_DIR` set the PNGs are kept there (the README's) and the traffic runs
+`PNG_ROUNDS` rounds a minute apart, so that they show a few minutes. Cost on the shared session
+app: ~1-2 min (traffic ~30 s, Ray's export refreshing every 10 s, Prometheus start ~1 s).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bench.workload import jobs
+from cluster.observability import png
+from cluster.observability.alerts import ALERTS
+from cluster.observability.manifests import RULES_FILE, rules_file
+from tests.prometheus import LocalPrometheus, missing, panel_queries, wait_sane
+
+pytestmark = [pytest.mark.serve,
+              pytest.mark.skipif(missing("prometheus") is not None,
+                                 reason=missing("prometheus") or "")]
+WINDOW = "3m"  # rate window of the panels here: covers the traffic and Ray's 10 s refresh
+SETTLE_S = 120  # Ray's export lags the traffic by up to ~10-20 s
+MAX_TOKENS = 24
+CAP = 32  # tests/conftest.py MAX_IN_FLIGHT_PER_REPLICA: one replica per pool
+PNG_DIR = os.environ.get("SPECSERVE_PANELS_PNG_DIR")
+PNG_ROUNDS = 4
+LABELS = {"pool", "deployment", "route", "reason", "task", "temperature", "position",
+          "status_code", "error_code"}  # printed with each result (Ray adds many more)
+
+
+@pytest.fixture(scope="module")
+def prometheus(server, tmp_path_factory):
+    """A Prometheus scraping the session app's ingress and Ray's metrics export every second."""
+    import ray
+
+    node = next(n for n in ray.nodes() if n["Alive"])
+    workdir = tmp_path_factory.mktemp("prometheus")
+    (workdir / RULES_FILE).write_text(rules_file())
+    ingress = server.removeprefix("http://")
+    with LocalPrometheus({"specserve": (ingress, "/metrics"),
+                          "ray": (f"127.0.0.1:{node['MetricsExportPort']}", "/metrics")},
+                         workdir, [workdir / RULES_FILE]) as prom:
+        deadline = time.monotonic() + 60
+        while not all(t["health"] == "up" for t in prom.targets()):
+            assert time.monotonic() < deadline, prom.targets()
+            time.sleep(1)
+        yield prom
+
+
+def _mixed_traffic(server: str, model: str, n: int = 60) -> dict[int, int]:
+    """`n` requests of the mixed workload cycling auto/speculative/vanilla, some streamed;
+    returns {status: count}."""
+    routes = itertools.cycle(["auto", "speculative", "vanilla"])
+    work = []
+    for i, job in zip(range(n), jobs("mixed", model, seed=18)):
+        body = {**job.body, "route": next(routes), "max_tokens": MAX_TOKENS,
+                "stream": i % 4 == 0}
+        work.append((job.path, body))
+    with httpx.Client(base_url=server, timeout=120) as c, ThreadPoolExecutor(8) as pool:
+        statuses = list(pool.map(lambda w: c.post(w[0], json=w[1]).status_code, work))
+    return {s: statuses.count(s) for s in set(statuses)}
+
+
+def _errors_and_overload(client: httpx.Client, model: str) -> None:
+    """A 400, a 404 and a 429 (the speculative pool full, a request forced onto it)."""
+    assert client.post("/v1/completions", json={"model": model, "prompt": "x",
+                                                "max_tokens": -1}).status_code == 400
+    assert client.post("/v1/completions", json={"model": "no-such-model", "prompt": "x",
+                                                "max_tokens": 2}).status_code == 404
+    long = {"model": model, "prompt": "def fibonacci(n):\n    ", "max_tokens": 1000,
+            "temperature": 0, "ignore_eos": True, "stream": True, "route": "speculative"}
+    with httpx.Client(base_url=str(client.base_url), timeout=120,
+                      limits=httpx.Limits(max_connections=CAP + 4)) as c:
+        streams = []
+        try:
+            for _ in range(CAP):
+                streams.append(c.send(c.build_request("POST", "/v1/completions", json=long),
+                                      stream=True))
+            over = c.post("/v1/completions", json={**long, "stream": False, "max_tokens": 2})
+            assert over.status_code == 429, over.text
+        finally:
+            for r in streams:
+                r.close()
+
+
+def _queries() -> dict[str, tuple[str, str]]:
+    """{id: (expr, unit)} of every panel query (but the autoscaling policy's: this app runs
+    without it; tests/test_autoscaling_live.py checks those) and both sides of every rule."""
+    out = panel_queries(WINDOW, autoscaled=False)
+    for a in ALERTS:
+        out[f"{a.name}.signal"] = (a.signal, "")
+        out[f"{a.name}.threshold"] = (a.threshold, "")
+    return out
+
+
+def test_every_panel_and_rule_has_sane_series_in_a_real_prometheus(server, client, prometheus,
+                                                                   serve_config, tmp_path):
+    model = serve_config.model.served_model_name
+    t0 = time.time()
+    for round_ in range(PNG_ROUNDS if PNG_DIR else 1):
+        if round_:
+            time.sleep(60)
+        statuses = _mixed_traffic(server, model)
+        assert statuses.get(200, 0) >= 40, statuses
+        if round_ == 1 or not PNG_DIR:
+            _errors_and_overload(client, model)
+            _mixed_traffic(server, model, n=12)  # both pools serve again after the overload
+
+    queries = _queries()
+    results, bad = wait_sane(prometheus, queries, SETTLE_S)
+    assert not bad, (f"{len(bad)} of {len(queries)} queries not sane: {bad}\n"
+                     f"metric names in Prometheus: {prometheus.metric_names()}")
+    for k, result in results.items():  # for the log: what each query returned
+        print(f"{k}: " + ", ".join(
+            f"{ {n: v for n, v in r['metric'].items() if n in LABELS} }={float(r['value'][1]):.4g}"
+            for r in result))
+
+    # Semantics the catalog promises: a vanilla request gets one token per output.
+    per_output = {r["metric"]["deployment"]: float(r["value"][1])
+                  for r in results["tokens_per_step[0] {{deployment}}: tokens per output"]}
+    assert per_output["vanilla"] == pytest.approx(1.0, abs=0.01), per_output
+    assert per_output["speculative"] >= 1.0, per_output
+
+    # Prometheus evaluates every rule itself, without an error.
+    deadline = time.monotonic() + 30
+    while True:
+        rules = [r for g in prometheus.rule_groups() for r in g["rules"]]
+        if all(r["health"] == "ok" for r in rules) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert {r["name"] for r in rules} == {a.name for a in ALERTS}
+    assert all(r["health"] == "ok" for r in rules), [(r["name"], r.get("lastError"))
+                                                     for r in rules]
+
+    out = Path(PNG_DIR or tmp_path / "panels")
+    drawn = png.render(prometheus.url, out, start=t0 - 30, end=time.time(), step_s=2)
+    assert drawn and all(drawn.values()), drawn
+    assert all((out / f"{key}.png").stat().st_size > 10_000 for key in drawn)
