@@ -18,6 +18,7 @@ import pytest
 
 from cluster.config import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, SpecserveConfig, models_dir
 from deployments.cores import CORES_DIR_ENV, SHARE_CORES_ENV
+from tests.local_ray import start_own_ray
 
 pytest_plugins = ["conftest_kube"]  # real API server fixtures for tests/test_kuberay_*.py
 TEST_PORT = int(os.environ.get("SPECSERVE_TEST_PORT", "8123"))
@@ -25,6 +26,18 @@ SPECULATOR_CONTEXT = 256
 MAX_IN_FLIGHT_PER_REPLICA = 32
 TEST_API_KEYS = {"SPECSERVE_TEST_API_KEYS": "sk-test-inference-1,sk-test-inference-2",
                  "SPECSERVE_TEST_ADMIN_KEYS": "sk-test-admin"}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "own_ray: the module starts (and stops) a local Ray of its "
+                            "own; such modules run before any test that takes the session's Ray")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Runs `own_ray` modules first: one process holds one Ray connection, so a module that starts
+    its own local Ray must finish before the session's (`serve_instance`) starts, which lives on
+    until the session ends."""
+    items.sort(key=lambda item: 0 if item.get_closest_marker("own_ray") else 1)
 
 
 @pytest.fixture(scope="session")
@@ -64,7 +77,7 @@ def serve_instance() -> str:
     # machine's cores by design, so Ray declares more CPUs than cores here.
     os.environ[CORES_DIR_ENV] = tempfile.mkdtemp(prefix="specserve-cores-")
     os.environ[SHARE_CORES_ENV] = "1"
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    start_own_ray(4)
     serve.start(http_options={"host": "127.0.0.1", "port": TEST_PORT})
     yield f"http://127.0.0.1:{TEST_PORT}"
     serve.shutdown()

@@ -5,6 +5,7 @@ with its own small local Ray: the session application's Ray is untouched."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -36,11 +37,21 @@ def test_default_config_fits_two_cpus_and_is_refused_on_one():
     assert "this Ray node has 1 CPU(s)" in refused and "ray start --num-cpus" in refused
 
 
-def test_a_cpu_replica_asks_one_cpu_per_rank_and_no_cpu_for_its_actor():
-    from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig
-    from deployments.pools import llm_config
-    from ray.llm._internal.serve.core.server.llm_server import LLMServer
+OPTIONS_PROBE = """
+import json
+from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig
+from deployments.pools import llm_config
+from ray.llm._internal.serve.core.server.llm_server import LLMServer
+cfg = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH)
+opts = LLMServer.get_deployment_options(llm_config(cfg.model, cfg.speculative))
+print(json.dumps(opts["placement_group_bundles"]))
+"""
 
-    cfg = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH)
-    opts = LLMServer.get_deployment_options(llm_config(cfg.model, cfg.speculative))
-    assert opts["placement_group_bundles"] == [{"CPU": 1, "GPU": 0}]
+
+def test_a_cpu_replica_asks_one_cpu_per_rank_and_no_cpu_for_its_actor():
+    # Ray Serve LLM's options builder connects to (or starts) a Ray: in its own process, so that
+    # the session's Ray fixture does not find this one already initialized.
+    out = subprocess.run([sys.executable, "-c", OPTIONS_PROBE], capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [{"CPU": 1, "GPU": 0}]

@@ -20,7 +20,10 @@ import pytest
 
 from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig
 from deployments.cores import CORES_DIR_ENV, node_cores
+from tests.local_ray import start_own_ray
 from tests.prometheus import LocalPrometheus, missing, panel_queries, wait_sane
+
+pytestmark = pytest.mark.own_ray
 
 PORT = int(os.environ.get("SPECSERVE_TEST_PORT", "8123"))
 APP = "specserve-autoscale"
@@ -51,7 +54,7 @@ def live(lab):
     os.environ["RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S"] = "1"
     os.environ["RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S"] = "1"
     os.environ[CORES_DIR_ENV] = tempfile.mkdtemp(prefix="specserve-cores-")
-    ray.init(num_cpus=node_cores(), include_dashboard=False, log_to_driver=False)
+    start_own_ray(node_cores())
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": PORT})
         run_app(cfg, APP, timeout_s=300)

@@ -22,8 +22,9 @@ import httpx
 import pytest
 
 from cluster.config import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, SpecserveConfig
+from tests.local_ray import start_own_ray
 
-pytestmark = pytest.mark.serve
+pytestmark = [pytest.mark.serve, pytest.mark.own_ray]
 
 PORT = int(os.environ.get("SPECSERVE_TEST_PORT", "8123"))
 APP = "specserve-faults"
@@ -63,7 +64,7 @@ def base(lab) -> str:
         os.environ.setdefault(name, value)
     os.environ["RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S"] = "1"
     os.environ["RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S"] = "1"
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    start_own_ray(4)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": PORT})
         run_app(_config(), APP, timeout_s=300)
