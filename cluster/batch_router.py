@@ -96,7 +96,7 @@ class BatchRouter:
         self._pools = pools
         self._pressure = PressureTracker(board, driver_id,
                                          {p: getattr(cfg, p).num_replicas for p in pools})
-        self._decider = RouteDecider(cfg, pools)
+        self._decider = RouteDecider(cfg, pools, generation=None)  # the live build's pin
         self.estimator = self._decider.estimator
         self._board = board
         self._driver_id = driver_id

@@ -199,6 +199,7 @@ class StatsBoard:
         self._in_flight: dict[str, tuple[float, dict[str, int]]] = {}  # ingress id -> (t, per pool)
         self._acceptance: dict[str, tuple[float, dict]] = {}  # ingress id -> (t, its counts)
         self._pin: tuple[str, str | None] = ("", None)  # (generation, runtime pin); None: config's
+        self._builds: dict[str, tuple[float, float]] = {}  # generation -> (first, last) read
         self._autoscaler: dict = {"calls": 0, "events": []}  # deployments/autoscaler.py
         if app_name:
             threading.Thread(target=self._remove_when_app_gone, args=(app_name,),
@@ -282,10 +283,25 @@ class StatsBoard:
         The pin holds for ingress replicas of the same application build `generation` only."""
         self._pin = (generation, pin)
 
-    def router_state(self, exclude_ingress: str = "", generation: str = "") -> RouterState:
+    def router_state(self, exclude_ingress: str = "", generation: str | None = "") -> RouterState:
         """The runtime pin of this `generation` and the other ingress replicas' acceptance
-        counts."""
+        counts.
+
+        Args:
+            exclude_ingress: the caller's id (its own counts are not returned).
+            generation: the caller's application build (an ingress replica); None (a batch
+                driver, which belongs to no build): the newest build whose ingress replicas read
+                the board within `STALE_AFTER_S`, none if no ingress did.
+        """
         now = time.monotonic()
+        if generation is not None:
+            first, _ = self._builds.get(generation, (now, now))
+            self._builds[generation] = (first, now)
+        for build, (_, last) in list(self._builds.items()):
+            if now - last > STALE_AFTER_S:
+                del self._builds[build]
+        if generation is None:
+            generation = max(self._builds, key=lambda b: self._builds[b][0], default=None)
         published = []
         for iid, (t, counts) in list(self._acceptance.items()):
             if now - t > STALE_AFTER_S:

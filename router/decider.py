@@ -33,10 +33,12 @@ class RouteDecider:
         cfg: the application's config.
         pools: the pools the application runs ("vanilla", "speculative" or both).
         generation: the application build's id (deployments/app.py): the runtime pin on the
-            StatsBoard holds within one build.
+            StatsBoard holds within one build. None (a batch driver): it follows the pin of the
+            application's newest build and never writes one.
     """
 
-    def __init__(self, cfg: SpecserveConfig, pools: Iterable[Route], generation: str = ""):
+    def __init__(self, cfg: SpecserveConfig, pools: Iterable[Route],
+                 generation: str | None = ""):
         self.cfg = cfg
         self.pools = list(pools)
         self.generation = generation
@@ -172,7 +174,8 @@ class RouteDecider:
                 restarted = self._board_epoch not in (None, state.board_epoch)
                 self._board_epoch = state.board_epoch
                 if version == self._pin_version:  # no set_pin meanwhile: the board is current
-                    if restarted and state.pin is None and self._runtime_pin is not None:
+                    if (restarted and state.pin is None and self._runtime_pin is not None
+                            and self.generation is not None):
                         board.set_pin.remote(self._runtime_pin, self.generation)  # it lost it
                     else:
                         self._runtime_pin = state.pin

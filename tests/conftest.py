@@ -10,14 +10,13 @@ application whose config names those variables (tests/test_security.py) checks t
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 
 import httpx
 import pytest
 
 from cluster.config import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, SpecserveConfig, models_dir
-from deployments.cores import CORES_DIR_ENV, SHARE_CORES_ENV
+from deployments.cores import SHARE_CORES_ENV
 from tests.local_ray import start_own_ray
 
 pytest_plugins = ["conftest_kube"]  # real API server fixtures for tests/test_kuberay_*.py
@@ -38,6 +37,25 @@ def pytest_collection_modifyitems(config, items):
     its own local Ray must finish before the session's (`serve_instance`) starts, which lives on
     until the session ends."""
     items.sort(key=lambda item: 0 if item.get_closest_marker("own_ray") else 1)
+
+
+_SESSION_RAY = {"up": False}  # set once serve_instance has started the session's Ray
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_stray_ray():
+    """Shuts down, after a module, a Ray this process connected to on the way that is not the
+    session's: Ray Serve and Ray Serve LLM calls made outside a cluster (building the application
+    in tests/test_config_sweep.py) start a local Ray of their own, which the session's Ray fixture
+    would then find connected."""
+    yield
+    import sys
+
+    if "ray" in sys.modules and not _SESSION_RAY["up"]:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
 
 
 @pytest.fixture(scope="session")
@@ -75,13 +93,14 @@ def serve_instance() -> str:
     # it lease from their own folders). The session app starts first and owns both cores; the
     # smaller apps some tests add beside it find none free and run unbound: tests share the
     # machine's cores by design, so Ray declares more CPUs than cores here.
-    os.environ[CORES_DIR_ENV] = tempfile.mkdtemp(prefix="specserve-cores-")
     os.environ[SHARE_CORES_ENV] = "1"
     start_own_ray(4)
+    _SESSION_RAY["up"] = True
     serve.start(http_options={"host": "127.0.0.1", "port": TEST_PORT})
     yield f"http://127.0.0.1:{TEST_PORT}"
     serve.shutdown()
     ray.shutdown()
+    _SESSION_RAY["up"] = False
 
 
 @pytest.fixture(scope="session")

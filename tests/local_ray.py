@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
+
+from deployments.cores import CORES_DIR_ENV
 
 
 def start_own_ray(num_cpus: int) -> None:
     """`ray.init` for an `own_ray` module, with a clear error where this process is already
-    connected (a test that started Ray in-process and left it up)."""
+    connected (a test that started Ray in-process and left it up). Its replicas lease cores from
+    a folder of their own (deployments/cores.py), not against engines another cluster of this
+    machine still winds down."""
     import ray
 
     if ray.is_initialized():
         pytest.fail("this process is already connected to a Ray cluster; a module that starts "
                     "its own must run before the session's Ray (mark it `own_ray`) and every "
                     "in-process Ray must be shut down")
+    os.environ[CORES_DIR_ENV] = tempfile.mkdtemp(prefix="specserve-cores-")
     ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)

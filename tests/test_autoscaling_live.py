@@ -11,7 +11,6 @@ its own cluster (run it alone, under the heavy lock).
 from __future__ import annotations
 
 import os
-import tempfile
 import threading
 import time
 
@@ -19,7 +18,7 @@ import httpx
 import pytest
 
 from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig
-from deployments.cores import CORES_DIR_ENV, node_cores
+from deployments.cores import node_cores
 from tests.local_ray import start_own_ray
 from tests.prometheus import LocalPrometheus, missing, panel_queries, wait_sane
 
@@ -53,7 +52,6 @@ def live(lab):
     # handles and replicas push Serve's own request counts every second (default 10 s)
     os.environ["RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S"] = "1"
     os.environ["RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S"] = "1"
-    os.environ[CORES_DIR_ENV] = tempfile.mkdtemp(prefix="specserve-cores-")
     start_own_ray(node_cores())
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": PORT})

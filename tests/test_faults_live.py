@@ -41,7 +41,8 @@ def _config(**router) -> SpecserveConfig:
     for pool in ("vanilla", "speculative"):
         data[pool] |= {"enforce_eager": True, "profile_max_batch": 2, "max_num_seqs": 8,
                        "cpu_kvcache_space_gib": 1}
-    data["server"] |= {"port": PORT, "max_in_flight_per_replica": CAP}
+    data["server"] |= {"port": PORT, "max_in_flight_per_replica": CAP,
+                       "max_sequences_per_request": CAP}
     data["router"] |= router
     data["autoscaling"] = {
         "enabled": True, "budget_accelerators": 2,

@@ -1,5 +1,5 @@
 """The StatsBoard (deployments/stats.py) as a plain object: the runtime pin is its application
-build's, a restarted board says how young it is, a stopped replica leaves at once; and the
+build's (a batch driver follows the newest build's), a restarted board says how young it is, a stopped replica leaves at once; and the
 decider puts a pin back on a board that restarted without it."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig
-from deployments.stats import EngineStats, StatsBoard
+from deployments.stats import STALE_AFTER_S, EngineStats, StatsBoard
 from router.decider import RouteDecider
 
 Board = StatsBoard.__ray_actor_class__  # the actor's class, without Ray
@@ -19,6 +19,23 @@ def test_a_pin_holds_for_its_application_build_only():
     assert board.router_state("ingress-a", "build-1").pin == "vanilla"
     assert board.router_state("ingress-b", "build-1").pin == "vanilla"  # every replica of it
     assert board.router_state("ingress-c", "build-2").pin is None       # a redeploy: clean
+
+
+def test_a_batch_driver_takes_the_pin_of_the_newest_live_build(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr("deployments.stats.time.monotonic", lambda: now[0])
+    board = Board()
+    board.set_pin("vanilla", "build-1")
+    assert board.router_state("driver", None).pin is None  # no ingress has read the board yet
+    board.router_state("ingress-a", "build-1")
+    assert board.router_state("driver", None).pin == "vanilla"
+    now[0] += 1
+    board.router_state("ingress-b", "build-2")  # a redeploy rolls out: its pin is clean
+    assert board.router_state("driver", None).pin is None
+    board.set_pin("speculative", "build-2")
+    assert board.router_state("driver", None).pin == "speculative"
+    now[0] += STALE_AFTER_S + 1  # every ingress stopped reading: no build to follow
+    assert board.router_state("driver", None).pin is None
 
 
 def test_snapshot_says_the_board_age_and_a_stopped_replica_leaves_at_once():
