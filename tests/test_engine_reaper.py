@@ -16,11 +16,13 @@ def _spawn(title: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", TITLED.format(title=title)])
 
 
-def _find_engines(within_s: float = 20.0) -> list:
-    """Engine processes under this one, once a child has set its title."""
+def _find_engines(*spawned: subprocess.Popen, within_s: float = 20.0) -> list:
+    """Engine processes under this one among `spawned`, once a child has set its title (the
+    session's Ray, when up, runs real engines under this process too)."""
+    pids = {p.pid for p in spawned}
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
-        if found := engine_processes(os.getpid()):
+        if found := [p for p in engine_processes(os.getpid()) if p.pid in pids]:
             return found
         time.sleep(0.2)
     return []
@@ -29,7 +31,7 @@ def _find_engines(within_s: float = 20.0) -> list:
 def test_finds_only_engine_titles_and_kills_survivors():
     engine, other = _spawn("VLLM::EngineCore"), _spawn("ray::IDLE")
     try:
-        found = _find_engines()
+        found = _find_engines(engine, other)
         assert [p.pid for p in found] == [engine.pid]
         assert reap(found, grace_s=0.5) == [engine.pid]
         assert engine.wait(5) != 0
@@ -42,7 +44,7 @@ def test_finds_only_engine_titles_and_kills_survivors():
 
 def test_reap_leaves_exited_processes_alone():
     engine = _spawn("VLLM::Worker")
-    found = _find_engines()
+    found = _find_engines(engine)
     assert [p.pid for p in found] == [engine.pid]
     engine.terminate()
     engine.wait()
