@@ -84,7 +84,7 @@ class PoolLoad:
 
     Attributes:
         replicas: live replicas.
-        in_flight: requests in flight to it from every ingress replica.
+        in_flight: sequences in flight to it (prompts × n per request) from every ingress replica.
         step_s: predicted seconds per engine step at the per-replica batch it would run with this
             request, (in_flight + 1) / replicas; None until profiled or sampled.
         available: it can take a request now (router/health.py).
