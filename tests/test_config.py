@@ -15,9 +15,8 @@ def _spec(**speculator):
 def test_default_config_loads_and_renders_speculative_config():
     cfg = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH)
     vllm = cfg.speculative.speculator.to_vllm()
-    assert vllm["method"] == "draft_model"
-    assert vllm["num_speculative_tokens"] == 4
-    assert vllm["model"].endswith("/draft") and "${models}" not in vllm["model"]
+    assert vllm == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2,
+                    "prompt_lookup_max": 4}
 
 
 @pytest.mark.parametrize("data, field", [

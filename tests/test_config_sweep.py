@@ -24,11 +24,15 @@ from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.v1.spec_decode.dynamic.utils import validate_and_normalize_dynamic_sd_schedule
 
 from cluster.config import DEFAULT_CONFIG_PATH, ConfigError, SpecserveConfig, models_dir
+from conftest import DRAFT_SPECULATOR
 from deployments.app import build_app_from_config, load_config
 from deployments.pools import llm_config
 
+# The default config with the session application's draft-model speculator: the method most
+# checks below concern (its own checkpoint, context and draft tensor parallelism).
 BASE = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH).model_dump(mode="json", exclude={
     "kubernetes"})
+BASE["speculative"]["speculator"] = {**DRAFT_SPECULATOR, "max_model_len": None}
 
 
 def _data(**changes) -> dict:

@@ -86,8 +86,8 @@ HTTP_SAMPLES = 600
 def test_speculative_path_over_http_samples_the_target_distribution(client, server, serve_config,
                                                                     target, prompt_ids, model):
     """The same check through the application the product deploys: its speculative pool (the
-    default config's speculator, bfloat16, batched by concurrent requests) reports its sampling
-    verified, serves forced sampled requests, and they follow the target."""
+    lab's draft model, tests/conftest.py; bfloat16, batched by concurrent requests) reports its
+    sampling verified, serves forced sampled requests, and they follow the target."""
     import asyncio
 
     import httpx
