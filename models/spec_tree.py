@@ -17,7 +17,7 @@ forcing give a tree's exact greedy acceptance.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 Tree = frozenset[tuple[int, ...]]
 
@@ -73,47 +73,42 @@ def accepted(ranks: Sequence[int], tree: Tree) -> int:
     return n
 
 
-def rank_frequencies(ranks: Sequence[Sequence[Sequence[int]]], max_rank: int) -> list[list[float]]:
-    """p[j][r]: fraction of anchors whose target token has rank r at draft position j + 1.
+def path_frequencies(ranks: Sequence[Sequence[Sequence[int]]], max_depth: int) -> dict[tuple[int, ...], float]:
+    """P(node): the fraction of anchors whose target path runs through `node`, i.e. whose ranks
+    at positions 1..len(node) equal it, for every node seen down to `max_depth`.
 
     Args:
-        ranks: per row, per draft position j, the rank at each anchor (`walk`'s input).
-        max_rank: ranks >= max_rank are counted in no bin.
+        ranks: per row, per draft position j, the rank at each anchor (`walk`'s input); an anchor
+            counts when it has a rank at every position down to `max_depth`.
+        max_depth: deepest node counted (<= the positions given).
     """
-    k = max(len(r) for r in ranks)
-    counts = [[0] * max_rank for _ in range(k)]
-    totals = [0] * k
+    counts: dict[tuple[int, ...], int] = {}
+    anchors = 0
     for row in ranks:
-        for j, per_anchor in enumerate(row):
-            for r in per_anchor:
-                totals[j] += 1
-                if r < max_rank:
-                    counts[j][r] += 1
-    return [[c / t if t else 0.0 for c in cs] for cs, t in zip(counts, totals)]
+        for a in range(len(row[max_depth - 1])):
+            anchors += 1
+            path = tuple(row[j][a] for j in range(max_depth))
+            for d in range(1, max_depth + 1):
+                counts[path[:d]] = counts.get(path[:d], 0) + 1
+    return {n: c / anchors for n, c in counts.items()}
 
 
-def calibrated(budget: int, freq: Sequence[Sequence[float]]) -> Tree:
-    """The `budget`-node tree that maximises expected accepted length when position j's rank is
-    independent with law freq[j] (the static sparse tree of Medusa, Cai et al. 2024, §3.1.3).
+def calibrated(budget: int, freq: Mapping[tuple[int, ...], float]) -> Tree:
+    """The `budget`-node tree that would accept the most on the anchors `freq` was measured on
+    (`path_frequencies`): Medusa's static sparse tree (Cai et al. 2024, §3.1.3), built from
+    measured path frequencies instead of a product of per-position accuracies.
 
-    A node's value is Π_d freq[d][node[d]], the probability that the target's path runs through it;
-    E[accepted] = Σ_nodes value. A child's value never exceeds its parent's, so adding the
-    best-valued child of the tree so far `budget` times is optimal and keeps the tree prefix-closed.
+    Each pass accepts Σ_{nodes} [the target's path runs through the node] tokens, so
+    E[accepted] = Σ_nodes P(node); P(child) <= P(parent), so the `budget` most frequent nodes
+    (ties: shorter, then smaller ranks first) are optimal and prefix-closed.
+
+    Raises:
+        ValueError: budget < 1, or fewer than `budget` nodes were seen.
     """
-    if budget < 1:
-        raise ValueError(f"budget: {budget} must be >= 1")
-    value = {(): 1.0}
-    tree: set[tuple[int, ...]] = set()
-    frontier = {(r,) for r in range(len(freq[0]))}
-    while len(tree) < budget and frontier:
-        # Ties broken by the shorter, then lexicographically smaller node: deterministic.
-        best = min(frontier, key=lambda n: (-value[n[:-1]] * freq[len(n) - 1][n[-1]], len(n), n))
-        frontier.remove(best)
-        tree.add(best)
-        value[best] = value[best[:-1]] * freq[len(best) - 1][best[-1]]
-        if len(best) < len(freq):
-            frontier.update(best + (r,) for r in range(len(freq[len(best)])))
-    return frozenset(tree)
+    if budget < 1 or len(freq) < budget:
+        raise ValueError(f"budget: {budget} must be >= 1 and <= the {len(freq)} nodes measured")
+    ordered = sorted(freq, key=lambda n: (-freq[n], len(n), n))
+    return validate(frozenset(ordered[:budget]))
 
 
 def walk(ranks: Sequence[Sequence[Sequence[int]]], starts: Sequence[int], tree: Tree) -> dict:

@@ -42,20 +42,24 @@ def test_width_one_walk_equals_chain_walk_and_a_wider_tree_accepts_more():
     assert wider["mean_acceptance_length"] > chain["mean_acceptance_length"]
 
 
-def test_calibrated_tree_follows_the_rank_frequencies():
-    always_top1 = [[1.0, 0.0, 0.0]] * 4
-    assert spec_tree.calibrated(4, always_top1) == spec_tree.chain(4)
-    # Position 1 splits 0.6 / 0.4, later positions always top-1: the budget goes to two chains.
-    split = [[0.6, 0.4, 0.0], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
-    tree = spec_tree.calibrated(6, split)
-    assert tree == spec_tree.branching((2, 1, 1))
-    assert spec_tree.validate(spec_tree.calibrated(7, [[0.5, 0.3, 0.2]] * 4)) is not None
-    assert len(spec_tree.calibrated(7, [[0.5, 0.3, 0.2]] * 4)) == 7
+def test_calibrated_tree_takes_the_most_travelled_paths():
+    # Every anchor's path is top-1 all the way: the calibrated tree is the chain.
+    top1 = [[[0] * 6, [0] * 5, [0] * 4]]
+    assert spec_tree.calibrated(3, spec_tree.path_frequencies(top1, 3)) == spec_tree.chain(3)
+    # Position 1 is the second choice at 2 of 4 anchors, then top-1: two chains of depth 2.
+    split = [[[0, 1, 0, 1], [0, 0, 0, 0]]]
+    freq = spec_tree.path_frequencies(split, 2)
+    assert freq == {(0,): 0.5, (1,): 0.5, (0, 0): 0.5, (1, 0): 0.5}
+    assert spec_tree.calibrated(4, freq) == spec_tree.branching((2, 1))
+    assert spec_tree.calibrated(2, freq) == {(0,), (1,)}
+    with pytest.raises(ValueError, match="nodes measured"):
+        spec_tree.calibrated(5, freq)
 
 
-def test_rank_frequencies_and_validation():
-    freq = spec_tree.rank_frequencies(RANKS, 2)
-    assert freq[0] == [12 / 16, 3 / 16]  # the 9 falls in no bin
+def test_path_frequencies_count_complete_anchors_and_validation():
+    freq = spec_tree.path_frequencies(RANKS, 3)
+    # Row 0 has 6 anchors with 3 positions, row 1 too: 12; (0,) at 4 of each row's.
+    assert freq[(0,)] == 8 / 12 and freq[(0, 0, 0)] == 7 / 12
     with pytest.raises(ValueError, match="no parent"):
         spec_tree.validate(frozenset({(0,), (1, 0)}))
     with pytest.raises(ValueError, match="draft positions"):
