@@ -14,6 +14,8 @@ exact at temperature 0). Trees at each budget N (draft tokens per target pass):
     calibrated   Medusa's static sparse tree: the N most frequent target paths (rank tuples) of
                  the `dev` split's anchors, all tasks pooled (`spec_tree.calibrated`); evaluated,
                  like every tree, on the `test` split
+    calibrated-per-task  the same from each task's own `dev` prompts, used on that task (what a
+                 router that knows the task type could pick per request)
 
     python -m models.tree_report [--models DIR] [--per-task 8] [--max-tokens 96] [--budgets 4 6 8]
         [--threads 1] [--json FILE]
@@ -107,19 +109,31 @@ def report(models: Path, per_task: int, max_tokens: int, budgets: list[int]) -> 
         measured[split] = [(r["task"], len(p), head_ranks(target, head, p, max_tokens, positions))
                            for r, p in zip(rows, ids)]
     # Calibration: generated anchors only (from start - 1 on), the prompt's text is not the target's.
-    freq = spec_tree.path_frequencies([[r[s - 1:] for r in ranks] for _, s, ranks in measured["dev"]],
-                                      positions)
+    def freq_of(task: str) -> dict[tuple[int, ...], float]:
+        return spec_tree.path_frequencies([[r[s - 1:] for r in ranks] for t, s, ranks
+                                           in measured["dev"] if task in (t, "all")], positions)
+
+    freq = freq_of("all")
     out_rows, shapes_out = [], {}
     for budget in budgets:
-        for name, tree in trees(budget, freq).items():
-            shapes_out[f"{budget}/{name}"] = describe(tree)
-            row = {"budget": budget, "tree": name, "nodes": len(tree), "depth": spec_tree.depth(tree)}
-            for task in (*TASKS, "all"):
-                picked = [(s, r) for t, s, r in measured["test"] if task in (t, "all")]
-                res = spec_tree.walk([r for _, r in picked], [s for s, _ in picked], tree)
-                row[task] = res["mean_acceptance_length"]
-                if task == "all":
-                    row["passes"] = res["passes"]
+        per_task_trees = {t: spec_tree.calibrated(budget, freq_of(t)) for t in TASKS}
+        shapes = {name: dict.fromkeys(TASKS, tree) for name, tree in trees(budget, freq).items()}
+        shapes["calibrated-per-task"] = per_task_trees
+        for name, by_task in shapes.items():
+            for t, tree in by_task.items():
+                if name == "calibrated-per-task" or t == TASKS[0]:
+                    shapes_out[f"{budget}/{name}" + (f"/{t}" if name == "calibrated-per-task"
+                                                     else "")] = describe(tree)
+            row = {"budget": budget, "tree": name, "nodes": budget,
+                   "depth": "/".join(sorted({str(spec_tree.depth(x)) for x in by_task.values()}))}
+            accepted, passes = 0.0, 0
+            for t in TASKS:
+                picked = [(s, r) for task, s, r in measured["test"] if task == t]
+                res = spec_tree.walk([r for _, r in picked], [s for s, _ in picked], by_task[t])
+                row[t] = res["mean_acceptance_length"]
+                accepted += (res["mean_acceptance_length"] - 1) * res["passes"]
+                passes += res["passes"]
+            row["all"], row["passes"] = round(1 + accepted / passes, 4), passes
             out_rows.append(row)
     top = sorted(freq, key=lambda n: (-freq[n], len(n), n))[:12]
     return {"rows": out_rows, "trees": shapes_out,
