@@ -73,7 +73,8 @@ def accepted(ranks: Sequence[int], tree: Tree) -> int:
     return n
 
 
-def path_frequencies(ranks: Sequence[Sequence[Sequence[int]]], max_depth: int) -> dict[tuple[int, ...], float]:
+def path_frequencies(ranks: Sequence[Sequence[Sequence[int]]],
+                     max_depth: int) -> dict[tuple[int, ...], float]:
     """P(node): the fraction of anchors whose target path runs through `node`, i.e. whose ranks
     at positions 1..len(node) equal it, for every node seen down to `max_depth`.
 

@@ -93,7 +93,7 @@ def trees(budget: int, freq: dict[tuple[int, ...], float]) -> dict[str, spec_tre
 
 
 def describe(tree: spec_tree.Tree) -> str:
-    """Nodes sorted by depth then rank, as vLLM's old `speculative_token_tree` strings wrote them."""
+    """The tree as a list of rank paths, sorted by depth then rank."""
     return "[" + ", ".join(str(n) for n in sorted(tree, key=lambda n: (len(n), n))) + "]"
 
 
@@ -108,7 +108,7 @@ def report(models: Path, per_task: int, max_tokens: int, budgets: list[int]) -> 
         ids = token_prompts(models / "target", rows)
         measured[split] = [(r["task"], len(p), head_ranks(target, head, p, max_tokens, positions))
                            for r, p in zip(rows, ids)]
-    # Calibration: generated anchors only (from start - 1 on), the prompt's text is not the target's.
+    # Calibration: generated anchors only (from start - 1 on); the prompt is not the target's text.
     def freq_of(task: str) -> dict[tuple[int, ...], float]:
         return spec_tree.path_frequencies([[r[s - 1:] for r in ranks] for t, s, ranks
                                            in measured["dev"] if task in (t, "all")], positions)
@@ -144,11 +144,9 @@ def report(models: Path, per_task: int, max_tokens: int, budgets: list[int]) -> 
 def markdown(result: dict) -> str:
     """The table: mean accepted length per target pass (bonus included) per task."""
     head = ["budget", "tree", "nodes", "depth", *TASKS, "all", "passes (all)"]
+    keys = ("budget", "tree", "nodes", "depth", *TASKS, "all", "passes")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in result["rows"]:
-        lines.append("| " + " | ".join(str(r[k]) for k in
-                                        ("budget", "tree", "nodes", "depth", *TASKS, "all", "passes"))
-                     + " |")
+    lines += ["| " + " | ".join(str(r[k]) for k in keys) + " |" for r in result["rows"]]
     return "\n".join(lines)
 
 
@@ -157,9 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m models.tree_report",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--models", type=Path, default=None,
-                        help=f"lab folder with target/ and eagle3/ (default: {default_models_dir()})")
+                        help=f"lab folder with target/ and eagle3/ "
+                             f"(default: {default_models_dir()})")
     parser.add_argument("--per-task", type=int, default=8, help="prompts per task and split")
-    parser.add_argument("--max-tokens", type=int, default=96, help="greedy target tokens per prompt")
+    parser.add_argument("--max-tokens", type=int, default=96,
+                        help="greedy target tokens per prompt")
     parser.add_argument("--budgets", type=int, nargs="+", default=[4, 6, 8],
                         help="draft tokens per target pass")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")

@@ -31,7 +31,8 @@ def test_best_draft_length_maximises_tokens_per_second():
 
 def test_schedule_shrinks_gamma_as_batches_grow_and_vllm_accepts_it():
     # Per-token cost of speculation grows with the batch (compute-bound verify at large B).
-    step_s = {1: _times(1.0, 0.05), 8: _times(1.0, 0.25), 32: _times(1.0, 0.6), 128: _times(1.0, 2.0)}
+    step_s = {1: _times(1.0, 0.05), 8: _times(1.0, 0.25), 32: _times(1.0, 0.6),
+              128: _times(1.0, 2.0)}
     schedule = draft_length_schedule(ALPHAS, step_s)
     assert schedule[0][0] == 1 and schedule[-1][1] == 128
     gammas = [g for _, _, g in schedule]

@@ -32,7 +32,8 @@ def test_walk_of_the_chain_by_hand():
     # -> 3, L 6 -> 10; anchor 8 has no position 3: stop. Row 1: anchor 1 (1, ...) -> 0, L 3 -> 4;
     # anchor 2 (0, 0, 0) -> 3, L -> 8; anchor 6 is past position 3's 6 anchors: stop.
     res = spec_tree.walk(RANKS, [2, 2], spec_tree.chain(3))
-    assert res == {"mean_acceptance_length": 1 + 8 / 4, "passes": 4, "accepted_per_depth": [3, 3, 2]}
+    assert res == {"mean_acceptance_length": 1 + 8 / 4, "passes": 4,
+                   "accepted_per_depth": [3, 3, 2]}
 
 
 def test_width_one_walk_equals_chain_walk_and_a_wider_tree_accepts_more():
