@@ -1,0 +1,68 @@
+"""router.draft_length: vLLM's num_speculative_tokens_per_batch_size from acceptance and step
+times (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster.config import SpeculatorConfig
+from router.draft_length import (best_draft_length, draft_length_at, draft_length_schedule,
+                                 schedule_gain)
+from router.speedup import expected_tokens
+
+ALPHAS = [0.9, 0.8, 0.7, 0.6]
+
+
+def _times(vanilla_s: float, per_token_s: float) -> dict[int, float]:
+    """T_s(γ) = T_t(B, 1) + γ · per-token cost (draft + wider verify), γ = 0..4."""
+    return {g: vanilla_s + g * per_token_s for g in range(5)}
+
+
+def test_best_draft_length_maximises_tokens_per_second():
+    times = _times(1.0, 0.1)
+    rates = {g: expected_tokens(ALPHAS[:g]) / t for g, t in times.items()}
+    assert best_draft_length(ALPHAS, times) == max(rates, key=rates.get)
+    # Free drafts: the longest γ wins; drafts dearer than any gain: speculation off.
+    assert best_draft_length(ALPHAS, _times(1.0, 0.0)) == 4
+    assert best_draft_length(ALPHAS, _times(1.0, 1.0)) == 0
+    # Only the profiled γ values compete.
+    assert best_draft_length(ALPHAS, {0: 1.0, 2: 1.1}) == 2
+
+
+def test_schedule_shrinks_gamma_as_batches_grow_and_vllm_accepts_it():
+    # Per-token cost of speculation grows with the batch (compute-bound verify at large B).
+    step_s = {1: _times(1.0, 0.05), 8: _times(1.0, 0.25), 32: _times(1.0, 0.6),
+              128: _times(1.0, 2.0)}
+    schedule = draft_length_schedule(ALPHAS, step_s)
+    assert schedule[0][0] == 1 and schedule[-1][1] == 128
+    gammas = [g for _, _, g in schedule]
+    assert gammas == sorted(gammas, reverse=True) and gammas[0] == 4 and gammas[-1] == 0
+    for first, last, g in schedule:  # ranges tile 1..128 and each is its profiled optimum
+        for b in step_s:
+            if first <= b <= last:
+                assert best_draft_length(ALPHAS, step_s[b]) == g
+    assert [e[1] + 1 for e in schedule[:-1]] == [e[0] for e in schedule[1:]]
+    # The project's own validator (vLLM 0.32's rules) takes the table as is.
+    SpeculatorConfig(method="ngram", num_speculative_tokens=4,
+                     num_speculative_tokens_per_batch_size=schedule)
+
+
+def test_lookup_and_gain_for_the_hysteresis_band():
+    schedule = [(1, 15, 4), (16, 63, 2), (64, 64, 0)]
+    assert [draft_length_at(schedule, b) for b in (1, 15, 16, 64, 256)] == [4, 4, 2, 0, 0]
+    step_s = {1: _times(1.0, 0.05), 64: _times(1.0, 2.0)}
+    derived = draft_length_schedule(ALPHAS, step_s)
+    fixed_k4 = [(1, 64, 4)]
+    gain = schedule_gain(fixed_k4, derived, ALPHAS, step_s)
+    # At 64, k = 4 costs 9 s for E[τ] ≈ 3.0 tokens; off costs 1 s for 1 token.
+    assert gain == pytest.approx(1.0 / (expected_tokens(ALPHAS) / 9.0) - 1)
+    assert schedule_gain(derived, derived, ALPHAS, step_s) == 0.0
+
+
+def test_bad_inputs_name_the_field():
+    with pytest.raises(ValueError, match="step_s"):
+        best_draft_length(ALPHAS, {})
+    with pytest.raises(ValueError, match="step_s"):
+        best_draft_length(ALPHAS, {5: 1.0})
+    with pytest.raises(ValueError, match="step_s"):
+        draft_length_schedule(ALPHAS, {0: {0: 1.0}})
