@@ -16,6 +16,9 @@ here first (tests/test_config_sweep.py runs their checks on each boundary). Fiel
   (ModelConfig.verify_with_parallel_config) -> check_checkpoints; 1 on CPU -> PoolConfig
 - <pool>.max_num_seqs: <= max_num_batched_tokens (SchedulerConfig) -> PoolConfig
 - <pool>.gpu_memory_utilization: in (0, 1] (CacheConfig) -> Field
+- <pool>.node_labels: Ray label syntax, no `ray.io/` key (`ray start --labels`) -> PoolConfig;
+  <pool>.placement_strategy: STRICT_PACK for tensor_parallel_size > 1 unless
+  tensor_parallel_across_nodes -> PoolConfig
 - <pool>.engine_kwargs: AsyncEngineArgs names, none the config sets (EngineArgs) ->
   deployments/pools.py check_engine_kwargs, at app build
 - speculator.model: required but for ngram (SpeculativeConfig) -> SpeculatorConfig; same vocab
@@ -54,6 +57,7 @@ from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from ray._private.label_utils import validate_node_label_syntax, validate_node_labels
 
 from cluster.autoscaling_config import AutoscalingConfig
 from cluster.kube_config import KubeConfig
@@ -223,11 +227,39 @@ class PoolConfig(_Strict):
 
     engine_kwargs: dict = Field(default_factory=dict, description="Further vLLM EngineArgs, passed "
                                 "through verbatim; vLLM rejects unknown names at replica start.")
+    node_labels: dict[str, str] = Field(
+        default_factory=dict, description="Ray node labels every node of this pool's replicas "
+        "carries (`ray start --labels`; the KubeRay worker group's `labels`): each bundle of a "
+        "replica's placement group selects them (Serve's placement_group_bundle_label_selector). "
+        "Empty: any node, as on one node.")
+    placement_strategy: Literal["STRICT_PACK", "PACK", "SPREAD"] = Field(
+        "STRICT_PACK", description="Ray placement strategy of a replica's tensor_parallel_size "
+        "bundles. STRICT_PACK keeps one replica's ranks on one node; PACK and SPREAD may split "
+        "them across nodes, which needs tensor_parallel_across_nodes.")
+    tensor_parallel_across_nodes: bool = Field(
+        False, description="Allow a placement_strategy that splits one replica's tensor-parallel "
+        "ranks across nodes (all-reduce over the network on every layer: slow; pipeline "
+        "parallelism is the knob meant for several nodes).")
 
     @model_validator(mode="after")
     def _check_tp(self) -> PoolConfig:
         if self.accelerator == "cpu" and self.tensor_parallel_size != 1:
             raise ValueError("tensor_parallel_size: must be 1 when accelerator is 'cpu'")
+        return self
+
+    @model_validator(mode="after")
+    def _check_placement(self) -> PoolConfig:
+        try:  # Ray's own checks of `ray start --labels` (keys, values, the reserved ray.io/)
+            validate_node_label_syntax(self.node_labels)
+            validate_node_labels(self.node_labels)
+        except ValueError as e:
+            raise ValueError(f"node_labels: {e}") from None
+        if (self.placement_strategy != "STRICT_PACK" and self.tensor_parallel_size > 1
+                and not self.tensor_parallel_across_nodes):
+            raise ValueError(f"placement_strategy: {self.placement_strategy} may split the "
+                             f"{self.tensor_parallel_size} tensor-parallel ranks of a replica "
+                             "across nodes; use STRICT_PACK, or set "
+                             "tensor_parallel_across_nodes: true to allow it")
         return self
 
     @model_validator(mode="after")
