@@ -200,6 +200,19 @@ class SpeculatorConfig(_Strict):
         return None
 
 
+def check_node_labels(labels: dict[str, str]) -> None:
+    """Ray's own checks of `ray start --labels` (key and value syntax, no `ray.io/` key).
+
+    Raises:
+        ValueError: `node_labels: <Ray's message>`.
+    """
+    try:
+        validate_node_label_syntax(labels)
+        validate_node_labels(labels)
+    except ValueError as e:
+        raise ValueError(f"node_labels: {e}") from None
+
+
 class PoolConfig(_Strict):
     """One pool of Serve replicas, each hosting one vLLM engine."""
 
@@ -249,11 +262,7 @@ class PoolConfig(_Strict):
 
     @model_validator(mode="after")
     def _check_placement(self) -> PoolConfig:
-        try:  # Ray's own checks of `ray start --labels` (keys, values, the reserved ray.io/)
-            validate_node_label_syntax(self.node_labels)
-            validate_node_labels(self.node_labels)
-        except ValueError as e:
-            raise ValueError(f"node_labels: {e}") from None
+        check_node_labels(self.node_labels)
         if (self.placement_strategy != "STRICT_PACK" and self.tensor_parallel_size > 1
                 and not self.tensor_parallel_across_nodes):
             raise ValueError(f"placement_strategy: {self.placement_strategy} may split the "
@@ -332,6 +341,10 @@ class ServerConfig(_Strict):
     host: str = Field("127.0.0.1", description="Bind address of the Serve HTTP proxy.")
     port: int = Field(8000, ge=1, le=65535, description="Port of the OpenAI-compatible endpoint.")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="Larger request bodies get 413.")
+    node_labels: dict[str, str] = Field(
+        default_factory=dict, description="Ray node labels the router (ingress) replica's node "
+        "carries (its `label_selector`; KubeRay renders them on the head group, where Serve's "
+        "controller and HTTP proxy run). Empty: wherever Serve places it (it takes no CPU).")
     api_keys_env: str | None = Field(
         None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Name of an environment variable "
         "holding the accepted API keys, comma-separated; when set, every endpoint but /health "
@@ -359,6 +372,7 @@ class ServerConfig(_Strict):
 
     @model_validator(mode="after")
     def _check_limits(self) -> ServerConfig:
+        check_node_labels(self.node_labels)
         if self.admin_api_keys_env is not None and self.admin_api_keys_env == self.api_keys_env:
             raise ValueError("admin_api_keys_env: must differ from api_keys_env (the admin keys "
                              "are a separate set)")

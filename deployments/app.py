@@ -79,8 +79,11 @@ def build_app_from_config(cfg: SpecserveConfig, autoscale: bool = False) -> Appl
                                               "pools": sorted(pools)})
     ingress_cls = make_fastapi_ingress(SpecserveIngress, endpoint_map=ENDPOINTS,
                                        app=build_fastapi_app(cfg.server))
+    actor = {"num_cpus": 0}
+    if cfg.server.node_labels:  # e.g. the head's: a worker node's loss never takes the router
+        actor["label_selector"] = dict(cfg.server.node_labels)
     ingress = serve.deployment(ingress_cls, name="router", num_replicas=1,
-                               ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1024)
+                               ray_actor_options=actor, max_ongoing_requests=1024)
     return ingress.bind(pools=pools, model_card=card, config=cfg.model_dump(mode="json"),
                         generation=uuid.uuid4().hex)
 
