@@ -194,7 +194,8 @@ def test_a_lost_worker_node_fails_its_pool_over_and_it_returns_on_a_new_node(clu
         r = client.post("/v1/completions", json={"model": MODEL, "prompt": "def f(x):\n    ",
                                                  "max_tokens": 4, "temperature": 0,
                                                  "route": "speculative"})
-        return r.status_code == 200 and (r.headers["x-specserve-route"], r.headers["x-specserve-reason"]) == (
+        return r.status_code == 200 and (r.headers["x-specserve-route"],
+                                         r.headers["x-specserve-reason"]) == (
             "vanilla", "pool_unavailable")
 
     assert _until(failed_over, 60), "no pool_unavailable fallback within 60 s of the node's loss"
