@@ -171,6 +171,9 @@ def test_each_pool_runs_on_its_own_node_and_the_router_on_the_head(cluster):
     placement = _placement()
     print(json.dumps({"nodes": nodes, "replica_nodes": placement, "cores": cores}))
     assert None not in cores.values() and not set(cores["vanilla"]) & set(cores["speculative"])
+    labels = {n["NodeID"]: n["Labels"] for n in ray.nodes() if n["Alive"]}  # Ray's own record
+    assert [labels[n][POOL_LABEL] for p in POOLS for n in placement[p]] == list(POOLS)
+    assert all(labels[n].items() >= HEAD_LABELS.items() for n in placement["router"])
     assert placement["vanilla"] == [nodes["vanilla"]]
     assert placement["speculative"] == [nodes["speculative"]]
     assert placement["router"] == [head]
