@@ -16,6 +16,9 @@ here first (tests/test_config_sweep.py runs their checks on each boundary). Fiel
   (ModelConfig.verify_with_parallel_config) -> check_checkpoints; 1 on CPU -> PoolConfig
 - <pool>.max_num_seqs: <= max_num_batched_tokens (SchedulerConfig) -> PoolConfig
 - <pool>.gpu_memory_utilization: in (0, 1] (CacheConfig) -> Field
+- <pool>.node_labels: Ray label syntax, no `ray.io/` key (`ray start --labels`) -> PoolConfig;
+  <pool>.placement_strategy: STRICT_PACK for tensor_parallel_size > 1 unless
+  tensor_parallel_across_nodes -> PoolConfig
 - <pool>.engine_kwargs: AsyncEngineArgs names, none the config sets (EngineArgs) ->
   deployments/pools.py check_engine_kwargs, at app build
 - speculator.model: required but for ngram (SpeculativeConfig) -> SpeculatorConfig; same vocab
@@ -54,6 +57,7 @@ from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from ray._private.label_utils import validate_node_label_syntax, validate_node_labels
 
 from cluster.autoscaling_config import AutoscalingConfig
 from cluster.kube_config import KubeConfig
@@ -196,6 +200,19 @@ class SpeculatorConfig(_Strict):
         return None
 
 
+def check_node_labels(labels: dict[str, str]) -> None:
+    """Ray's own checks of `ray start --labels` (key and value syntax, no `ray.io/` key).
+
+    Raises:
+        ValueError: `node_labels: <Ray's message>`.
+    """
+    try:
+        validate_node_label_syntax(labels)
+        validate_node_labels(labels)
+    except ValueError as e:
+        raise ValueError(f"node_labels: {e}") from None
+
+
 class PoolConfig(_Strict):
     """One pool of Serve replicas, each hosting one vLLM engine."""
 
@@ -223,11 +240,35 @@ class PoolConfig(_Strict):
 
     engine_kwargs: dict = Field(default_factory=dict, description="Further vLLM EngineArgs, passed "
                                 "through verbatim; vLLM rejects unknown names at replica start.")
+    node_labels: dict[str, str] = Field(
+        default_factory=dict, description="Ray node labels every node of this pool's replicas "
+        "carries (`ray start --labels`; the KubeRay worker group's `labels`): each bundle of a "
+        "replica's placement group selects them (Serve's placement_group_bundle_label_selector). "
+        "Empty: any node, as on one node.")
+    placement_strategy: Literal["STRICT_PACK", "PACK", "SPREAD"] = Field(
+        "STRICT_PACK", description="Ray placement strategy of a replica's tensor_parallel_size "
+        "bundles. STRICT_PACK keeps one replica's ranks on one node; PACK and SPREAD may split "
+        "them across nodes, which needs tensor_parallel_across_nodes.")
+    tensor_parallel_across_nodes: bool = Field(
+        False, description="Allow a placement_strategy that splits one replica's tensor-parallel "
+        "ranks across nodes (all-reduce over the network on every layer: slow; pipeline "
+        "parallelism is the knob meant for several nodes).")
 
     @model_validator(mode="after")
     def _check_tp(self) -> PoolConfig:
         if self.accelerator == "cpu" and self.tensor_parallel_size != 1:
             raise ValueError("tensor_parallel_size: must be 1 when accelerator is 'cpu'")
+        return self
+
+    @model_validator(mode="after")
+    def _check_placement(self) -> PoolConfig:
+        check_node_labels(self.node_labels)
+        if (self.placement_strategy != "STRICT_PACK" and self.tensor_parallel_size > 1
+                and not self.tensor_parallel_across_nodes):
+            raise ValueError(f"placement_strategy: {self.placement_strategy} may split the "
+                             f"{self.tensor_parallel_size} tensor-parallel ranks of a replica "
+                             "across nodes; use STRICT_PACK, or set "
+                             "tensor_parallel_across_nodes: true to allow it")
         return self
 
     @model_validator(mode="after")
@@ -300,6 +341,10 @@ class ServerConfig(_Strict):
     host: str = Field("127.0.0.1", description="Bind address of the Serve HTTP proxy.")
     port: int = Field(8000, ge=1, le=65535, description="Port of the OpenAI-compatible endpoint.")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="Larger request bodies get 413.")
+    node_labels: dict[str, str] = Field(
+        default_factory=dict, description="Ray node labels the router (ingress) replica's node "
+        "carries (its `label_selector`; KubeRay renders them on the head group, where Serve's "
+        "controller and HTTP proxy run). Empty: wherever Serve places it (it takes no CPU).")
     api_keys_env: str | None = Field(
         None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Name of an environment variable "
         "holding the accepted API keys, comma-separated; when set, every endpoint but /health "
@@ -327,6 +372,7 @@ class ServerConfig(_Strict):
 
     @model_validator(mode="after")
     def _check_limits(self) -> ServerConfig:
+        check_node_labels(self.node_labels)
         if self.admin_api_keys_env is not None and self.admin_api_keys_env == self.api_keys_env:
             raise ValueError("admin_api_keys_env: must differ from api_keys_env (the admin keys "
                              "are a separate set)")

@@ -99,7 +99,12 @@ def head_spec(cfg, *, batch: bool = False, stamp: str | None = None) -> dict:
              _port("serve", cfg.server.port), _port("metrics", 8080)]
     container = _container(kube, "ray-head", _resources(kube.head.cpus, kube.head.memory_gib),
                            ports, mounts, key_envs(cfg))
-    return {
+    spec = {}
+    if cfg.server.node_labels:
+        spec["labels"] = Doc("Ray node labels of the head: the router selects them "
+                             "(server.node_labels), so losing a worker pod never takes it.",
+                             ray_labels(cfg.server.node_labels, "server.node_labels"))
+    return spec | {
         "rayStartParams": Doc("`ray start` flags of the head.", {
             "num-cpus": Doc("No Serve replica or task is scheduled on the head.", "0"),
             "dashboard-host": Doc("KubeRay reaches the dashboard from outside the pod.", "0.0.0.0"),
@@ -108,10 +113,17 @@ def head_spec(cfg, *, batch: bool = False, stamp: str | None = None) -> dict:
     }
 
 
+def ray_labels(labels: dict[str, str], who: str) -> dict:
+    """A group's `labels` (KubeRay >= 1.5: its pods' Ray node labels, `ray start --labels`),
+    one comment above each: what selects it."""
+    return {key: Doc(f"Selected by {who}.", value) for key, value in labels.items()}
+
+
 def worker_group(kube: KubeConfig, name: str, group: WorkerGroupConfig, gpu: bool, *,
                  replicas: int, serve_port: int, stamp: str | None = None,
-                 keys: dict[str, str]) -> dict:
-    """One `workerGroupSpecs` entry: pods sized for `group.gpus / tensor_parallel_size` replicas."""
+                 keys: dict[str, str], labels: dict[str, str] | None = None) -> dict:
+    """One `workerGroupSpecs` entry: pods sized for `group.gpus / tensor_parallel_size` replicas,
+    with the Ray node `labels` its pool's replicas select (`<pool>.node_labels`)."""
     mount, volume = _models_volume(kube)
     shm = {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{group.shm_gib:g}Gi"}}
     container = _container(kube, "ray-worker", _resources(group.cpus, group.memory_gib, group.gpus),
@@ -123,12 +135,18 @@ def worker_group(kube: KubeConfig, name: str, group: WorkerGroupConfig, gpu: boo
                                    [{"key": GPU_RESOURCE, "operator": "Exists",
                                      "effect": "NoSchedule"}])
     what = f"{group.gpus} GPUs" if gpu else f"{group.cpus:g} CPUs"
-    return {
+    spec = {
         "groupName": Doc(f"The {name} pool's pods ({what} each).", name),
         "replicas": Doc("Pods at creation: enough for the pool's num_replicas; the autoscaler "
                         "owns it afterwards.", replicas),
         "minReplicas": Doc("Fewest pods the autoscaler keeps.", group.min_replicas),
         "maxReplicas": Doc("Most pods the autoscaler starts.", group.max_replicas),
+    }
+    if labels:
+        spec["labels"] = Doc(f"Ray node labels of these pods: only the {name} pool's replicas "
+                             f"select them, so its replicas run here and nowhere else "
+                             f"({name}.node_labels).", ray_labels(labels, f"{name}.node_labels"))
+    return spec | {
         "rayStartParams": Doc("`ray start` flags; CPU, GPU and memory come from the limits.", {}),
         "template": Doc(f"A {name} worker pod.", _template([container], [volume, shm], stamp,
                                                            extra)),

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import yaml
+
 APP_RUNNING = "RUNNING"
 JOB_FINAL = ("Complete", "Failed")
 
@@ -62,6 +64,32 @@ def _cluster_rows(role: str, svc: dict) -> list[list[str]]:
     return rows
 
 
+def placement_rows(obj: dict) -> list[list[str]]:
+    """Which group each pool (and the router) runs on: a group whose Ray node `labels` carry
+    every label the pool selects (`<pool>.node_labels` in serveConfigV2's args); a pool that
+    selects none may run on any group with room."""
+    spec = obj.get("spec") or {}
+    cluster = spec.get("rayClusterConfig") or {}
+    try:
+        apps = (yaml.safe_load(spec.get("serveConfigV2") or "") or {}).get("applications") or []
+    except yaml.YAMLError:
+        apps = []
+    args = (apps[0].get("args") or {}) if apps else {}
+    selects = {name: (args.get(part) or {}).get("node_labels") or {}
+               for name, part in (("vanilla", "vanilla"), ("speculative", "speculative"),
+                                  ("router", "server"))}
+    groups = [("head", cluster.get("headGroupSpec") or {}),
+              *((g.get("groupName", "?"), g) for g in cluster.get("workerGroupSpecs") or [])]
+    rows = []
+    for name, group in groups:
+        labels = group.get("labels") or {}
+        here = [p for p, want in selects.items() if want and want.items() <= labels.items()]
+        anywhere = [p for p, want in selects.items() if not want]
+        rows.append([name, ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or "-",
+                     ", ".join(here + [f"{p} (any group)" for p in anywhere]) or "-"])
+    return rows
+
+
 def format_rayservice(obj: dict) -> str:
     """The human-readable `status` of a RayService: conditions, then clusters and Serve apps."""
     meta, status = obj.get("metadata", {}), obj.get("status") or {}
@@ -80,6 +108,9 @@ def format_rayservice(obj: dict) -> str:
     headers = ["CLUSTER", "RAYCLUSTER", "STATE", "WORKERS", "APP", "APP STATUS", "DEPLOYMENT",
                "STATUS", "MESSAGE"]
     lines.append(table(headers, rows) if rows else "(no RayCluster yet)")
+    placement = placement_rows(obj)
+    if placement:
+        lines += ["", table(["GROUP", "RAY NODE LABELS", "RUNS"], placement)]
     return "\n".join(lines)
 
 

@@ -123,7 +123,7 @@ def cluster_spec(cfg: SpecserveConfig, *, batch: bool = False, stamp: str | None
         groups.append(worker_group(kube, name, group, pool.accelerator == "gpu",
                                    replicas=max(pods, group.min_replicas),
                                    serve_port=cfg.server.port, stamp=stamp,
-                                   keys=key_envs(cfg)))
+                                   keys=key_envs(cfg), labels=pool.node_labels))
     scaler = kube.autoscaler
     spec = {
         "rayVersion": Doc("Ray version in the image; KubeRay picks its Ray API calls by it.",
@@ -156,7 +156,7 @@ def cluster_spec(cfg: SpecserveConfig, *, batch: bool = False, stamp: str | None
         "headGroupSpec": Doc("The head pod: GCS, dashboard, Serve controller and HTTP proxy.",
                              head_spec(cfg, batch=batch, stamp=stamp)),
         "workerGroupSpecs": Doc("One worker group per pool, so each pool is sized and bounded "
-                                "apart; Ray places a replica on any pod with free resources.",
+                                "apart; a pool with node_labels runs on its group's pods only.",
                                 groups),
     }
 

@@ -79,14 +79,18 @@ def build_app_from_config(cfg: SpecserveConfig, autoscale: bool = False) -> Appl
                                               "pools": sorted(pools)})
     ingress_cls = make_fastapi_ingress(SpecserveIngress, endpoint_map=ENDPOINTS,
                                        app=build_fastapi_app(cfg.server))
+    actor = {"num_cpus": 0}
+    if cfg.server.node_labels:  # e.g. the head's: a worker node's loss never takes the router
+        actor["label_selector"] = dict(cfg.server.node_labels)
     ingress = serve.deployment(ingress_cls, name="router", num_replicas=1,
-                               ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1024)
+                               ray_actor_options=actor, max_ongoing_requests=1024)
     return ingress.bind(pools=pools, model_card=card, config=cfg.model_dump(mode="json"),
                         generation=uuid.uuid4().hex)
 
 
 def check_fits_node(cfg: SpecserveConfig) -> None:
-    """Refuses, at build time, CPU pools whose starting replicas a one-node Ray cannot place.
+    """Refuses, at build time, replicas a one-node Ray cannot place: node labels it lacks
+    (`<pool>.node_labels`, `server.node_labels`), or CPU pools' starting replicas beyond its CPUs.
 
     A CPU replica takes one logical CPU per tensor-parallel rank: the cores it owns
     (deployments/cores.py). Where Ray runs on one node (`serve run` on a local Ray, `specserve
@@ -95,7 +99,8 @@ def check_fits_node(cfg: SpecserveConfig) -> None:
     its workers may join later. No check without a running Ray.
 
     Raises:
-        ConfigError: names the pools' replicas, the CPUs they need and the node's.
+        ConfigError: names the field: the labels missing, or the pools' replicas, the CPUs
+            they need and the node's.
     """
     import ray
 
@@ -104,6 +109,16 @@ def check_fits_node(cfg: SpecserveConfig) -> None:
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     if len(nodes) != 1:
         return
+    labels = nodes[0].get("Labels") or {}
+    selectors = {f"{p}.node_labels": getattr(cfg, p).node_labels
+                 for p in cfg.pools() if cfg.initial_replicas(p)}
+    selectors["server.node_labels"] = cfg.server.node_labels
+    for field, wanted in selectors.items():
+        if not wanted.items() <= labels.items():
+            missing = ",".join(f"{k}={v}" for k, v in wanted.items() if labels.get(k) != v)
+            raise ConfigError(f"{field}: this one-node Ray has no node labelled {missing}, so "
+                              "those replicas would never start; start Ray with `ray start "
+                              f"--labels {missing}` or clear the field")
     have = nodes[0].get("Resources", {}).get("CPU", 0)
     wants = {p: cfg.initial_replicas(p) * getattr(cfg, p).tensor_parallel_size
              for p in cfg.pools() if getattr(cfg, p).accelerator == "cpu"}

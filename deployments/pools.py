@@ -251,6 +251,12 @@ def llm_config(model: ModelConfig, pool: PoolConfig, deployment_config: dict | N
     default CPU joins the first) or, on CPU, `{"CPU": 1}` with a replica actor of 0 CPUs: a CPU
     replica's logical CPUs are the cores it leases for its engine (deployments/cores.py), so a
     node with C cores runs at most C of them.
+
+    Placement: `pool.placement_strategy` (STRICT_PACK by default: one replica's ranks on one node)
+    and, with `pool.node_labels`, Serve's `placement_group_bundle_label_selector` on every bundle,
+    so the replica and its engine run only on nodes started with those labels. Ray Serve LLM
+    takes bundles and strategy from `placement_group_config` and passes the rest of
+    `deployment_config` to Serve (ray 2.60 `LLMServer.get_deployment_options`).
     """
     check_engine_kwargs(pool)
     engine_kwargs = {
@@ -279,11 +285,14 @@ def llm_config(model: ModelConfig, pool: PoolConfig, deployment_config: dict | N
     if pool.accelerator == "cpu":
         deployment_config["ray_actor_options"] = {
             **deployment_config.get("ray_actor_options", {}), "num_cpus": 0}
+    if pool.node_labels:  # one selector for every bundle; the replica actor runs in the first
+        deployment_config["placement_group_bundle_label_selector"] = [dict(pool.node_labels)]
     return LLMConfig(
         model_loading_config={"model_id": model.served_model_name,
                               "model_source": resolve_path(model.path)},
         accelerator_config={"kind": pool.accelerator},
-        placement_group_config={"bundles": [bundle] * pool.tensor_parallel_size},
+        placement_group_config={"bundles": [bundle] * pool.tensor_parallel_size,
+                                "strategy": pool.placement_strategy},
         engine_kwargs=engine_kwargs,
         runtime_env={"env_vars": env},
         log_engine_metrics=False,

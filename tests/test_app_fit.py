@@ -23,8 +23,23 @@ except ConfigError as e:
 """
 
 
-def build_on(cpus: int) -> str:
-    out = subprocess.run([sys.executable, "-c", PROBE.format(cpus=cpus)], capture_output=True,
+LABELS_PROBE = """
+import ray
+from cluster.config import DEFAULT_CONFIG_PATH, ConfigError, SpecserveConfig
+from deployments.app import build_app_from_config
+ray.init(num_cpus={cpus}, include_dashboard=False, log_to_driver=False)
+data = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH).model_dump(mode="json")
+data["speculative"]["node_labels"] = {{"specserve.io/pool": "speculative"}}
+try:
+    build_app_from_config(SpecserveConfig.from_dict(data))
+    print("BUILT")
+except ConfigError as e:
+    print("REFUSED", e)
+"""
+
+
+def build_on(cpus: int, probe: str = PROBE) -> str:
+    out = subprocess.run([sys.executable, "-c", probe.format(cpus=cpus)], capture_output=True,
                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": os.getcwd()})
     return out.stdout.strip().splitlines()[-1]
 
@@ -35,6 +50,12 @@ def test_default_config_fits_two_cpus_and_is_refused_on_one():
     assert refused.startswith("REFUSED vanilla/speculative.num_replicas: the CPU pools start "
                               "with 2 replica core(s)"), refused
     assert "this Ray node has 1 CPU(s)" in refused and "ray start --num-cpus" in refused
+
+
+def test_labels_a_one_node_ray_lacks_are_refused_naming_the_field():
+    refused = build_on(2, LABELS_PROBE)
+    assert refused.startswith("REFUSED speculative.node_labels: this one-node Ray has no node "
+                              "labelled specserve.io/pool=speculative"), refused
 
 
 OPTIONS_PROBE = """

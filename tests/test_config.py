@@ -27,6 +27,13 @@ def test_default_config_loads_and_renders_speculative_config():
     ({"speculative": {"speculator": {"method": "ngram", "model": "/x"}}}, "model: must be unset"),
     ({**_spec(), "vanilla": {"tensor_parallel_size": 4}}, "vanilla.tensor_parallel_size"),
     ({**_spec(), "server": {"port": 70000}}, "server.port"),
+    ({**_spec(), "vanilla": {"node_labels": {"ray.io/node-id": "x"}}}, "vanilla.node_labels: "
+     "Custom label keys `ray.io/node-id` cannot start with the prefix `ray.io/`"),
+    ({**_spec(), "speculative": {**_spec()["speculative"], "node_labels": {"pool": "a b"}}},
+     "speculative.node_labels: Invalid label key value `a b`"),
+    ({**_spec(), "vanilla": {"accelerator": "gpu", "tensor_parallel_size": 4,
+                             "placement_strategy": "PACK"}, "autoscaling": {"enabled": False}},
+     "vanilla.placement_strategy: PACK may split the 4 tensor-parallel ranks"),
     ({**_spec(), "router": {"speculative_tasks": ["poetry"]}}, "router.speculative_tasks.0"),
     ({**_spec(), "server": {"max_in_flight_per_replica": 32}},
      "server.max_sequences_per_request: 64 is above max_in_flight_per_replica 32"),
@@ -153,3 +160,13 @@ def test_checkpoints_that_fit_pass(tmp_path):
     cfg = SpecserveConfig.from_dict({"model": {"path": target}, "speculative": {"speculator": {
         "method": "draft_model", "model": draft, "max_model_len": 1024}}})
     check_checkpoints(cfg)  # no error: every bound met exactly
+
+
+def test_tensor_parallel_across_nodes_only_when_asked():
+    gpu = {"accelerator": "gpu", "tensor_parallel_size": 4}
+    cfg = SpecserveConfig.from_dict({**_spec(), "autoscaling": {"enabled": False},
+                                     "vanilla": gpu})
+    assert cfg.vanilla.placement_strategy == "STRICT_PACK"
+    cfg = SpecserveConfig.from_dict({**_spec(), "autoscaling": {"enabled": False}, "vanilla": {
+        **gpu, "placement_strategy": "PACK", "tensor_parallel_across_nodes": True}})
+    assert cfg.vanilla.placement_strategy == "PACK"

@@ -77,6 +77,21 @@ def test_the_stored_cluster_keeps_ray_token_auth_and_the_admin_keys(run, objects
             "name": "specserve-api-keys", "key": "admin-api-keys"}}} in env
 
 
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
+def test_the_stored_cluster_keeps_each_groups_ray_node_labels(run, objects, path):
+    # the labels each pool's replicas select (<pool>.node_labels) survive CRD pruning
+    rendered = yaml.safe_load(path.read_text())
+    code, _, err = run("apply", "-f", str(path))
+    assert code == 0, err
+    plural, spec = ("rayservices", "rayClusterConfig") if rendered["kind"] == "RayService" else \
+        ("rayjobs", "rayClusterSpec")
+    stored = objects(plural, rendered["metadata"]["name"])["spec"][spec]
+    assert {g["groupName"]: g["labels"] for g in stored["workerGroupSpecs"]} == {
+        "vanilla": {"specserve.io/pool": "vanilla"},
+        "speculative": {"specserve.io/pool": "speculative"}}
+    assert stored["headGroupSpec"]["labels"] == {"specserve.io/role": "head"}
+
+
 def test_dry_run_refuses_an_unknown_ray_auth_mode(run, tmp_path):
     obj = yaml.safe_load((MANIFESTS_DIR / "ray-service.cpu.yaml").read_text())
     obj["spec"]["rayClusterConfig"]["authOptions"]["mode"] = "password"

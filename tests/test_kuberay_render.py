@@ -90,6 +90,30 @@ def test_gpu_rayservice_sizes_worker_pods_for_tensor_parallel_4():
     assert obj["spec"]["upgradeStrategy"] == {"type": "NewCluster"}
 
 
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
+def test_each_worker_group_carries_the_labels_its_pool_selects(path):
+    obj = _load(path)
+    cfg = SpecserveConfig.from_yaml(MANIFESTS_DIR / "configs" / f"{path.stem.split('.')[-1]}.yaml")
+    cluster = _cluster(obj)
+    groups = {g["groupName"]: g for g in cluster["workerGroupSpecs"]}
+    for name, group in groups.items():
+        assert getattr(cfg, name).node_labels == {"specserve.io/pool": name}
+        assert group["labels"] == getattr(cfg, name).node_labels
+        assert "labels" not in group["rayStartParams"]  # KubeRay passes `labels` to ray start
+    assert cluster["headGroupSpec"]["labels"] == cfg.server.node_labels
+    assert len({tuple(g["labels"].items()) for g in groups.values()}) == len(groups)
+
+
+def test_a_pool_without_node_labels_renders_no_group_labels():
+    cfg = SpecserveConfig.from_yaml(CONFIGS[0])
+    data = cfg.model_dump(mode="json", exclude_unset=True)
+    for part in ("vanilla", "speculative", "server"):
+        data[part].pop("node_labels")
+    cluster = plain(rayservice(SpecserveConfig.from_dict(data)))["spec"]["rayClusterConfig"]
+    assert all("labels" not in g for g in [cluster["headGroupSpec"],
+                                           *cluster["workerGroupSpecs"]])
+
+
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
 def test_serve_config_points_at_the_builder_with_the_config_as_args(config):
     cfg = SpecserveConfig.from_yaml(config)

@@ -3,8 +3,11 @@ writes them: pure functions, no API server."""
 
 from __future__ import annotations
 
-from cluster.kube_status import format_rayservice, rayjob_verdict, stuck_reason, table, \
-    upgrade_verdict
+import yaml
+
+from cluster.kube_status import format_rayservice, placement_rows, rayjob_verdict, stuck_reason, \
+    table, upgrade_verdict
+from cluster.kuberay import MANIFESTS_DIR
 
 
 def _svc(generation=2, observed=2, active="svc-a", pending=None, ready=True,
@@ -87,3 +90,14 @@ def test_rayjob_verdict():
 
 def test_table_aligns_columns():
     assert table(["A", "BB"], [["xyz", "1"]]) == "A    BB\nxyz  1"
+
+
+def test_status_shows_which_pool_runs_on_which_group():
+    obj = yaml.safe_load((MANIFESTS_DIR / "ray-service.gpu.yaml").read_text())
+    assert placement_rows(obj) == [
+        ["head", "specserve.io/role=head", "router"],
+        ["vanilla", "specserve.io/pool=vanilla", "vanilla"],
+        ["speculative", "specserve.io/pool=speculative", "speculative"]]
+    out = format_rayservice({**obj, **_svc()}).splitlines()
+    assert out[-4].split() == ["GROUP", "RAY", "NODE", "LABELS", "RUNS"]
+    assert out[-2].split() == ["vanilla", "specserve.io/pool=vanilla", "vanilla"]
