@@ -89,13 +89,14 @@ def simulate(policy: str, cfg: AutoscalingConfig, trace: list, static: dict[str,
     for name in POOLS:
         model = StepTimeModel()
         model.load_profile({int(b): s for b, s in profiles[name].items()})
-        n = static[name] if policy == "static" else cfg.pool(name).min_replicas
+        n = static[name] if policy == "static" else max(1, cfg.pool(name).min_replicas)
         pools[name] = Pool(model, target=n, running=n, max_num_seqs=max_num_seqs)
     state: dict = {}
     arrivals: deque = deque()  # (t, task, tokens × cohort) over the demand window
     sent = {name: 0.0 for name in POOLS}
     accel_s, met, done, tpot_sum = 0.0, 0, 0, 0.0
     peak = {name: 0 for name in POOLS}
+    timeline: dict[int, list] = {}  # 10-min bin -> [met, done, vanilla, speculative replicas]
     end = max(r.t for r in trace) + 600
     i, t, next_policy = 0, 0.0, 0.0
     while t < end:
@@ -128,11 +129,15 @@ def simulate(policy: str, cfg: AutoscalingConfig, trace: list, static: dict[str,
                     tpot = (t - (p.steps - finish_step) * step_s - arrival) / tokens
                     done, tpot_sum = done + w, tpot_sum + tpot * w
                     met += w * (tpot <= slo_tpot_s)
+                    row = timeline.setdefault(int(t // 600), [0, 0, 0, 0])
+                    row[0], row[1] = row[0] + w * (tpot <= slo_tpot_s), row[1] + w
             p.recent.append((t, p.in_flight()))
             while p.recent[0][0] <= t - cfg.look_back_period_s:
                 p.recent.popleft()
             accel_s += (p.running + len(p.starting)) * tp
             peak[name] = max(peak[name], p.running)
+            if int(t) % 600 == 300:
+                timeline.setdefault(int(t // 600), [0, 0, 0, 0])[2 + POOLS.index(name)] = p.running
         if policy == "static" or t < next_policy:
             continue
         next_policy = t + policy_interval_s
@@ -146,7 +151,8 @@ def simulate(policy: str, cfg: AutoscalingConfig, trace: list, static: dict[str,
             targets = queue_length_policy(pools, cfg, state, t, ongoing)
         _apply(pools, targets, t, startup_s, cfg.budget_accelerators, tp)
     return {"accelerator_hours": accel_s / 3600, "slo": met / max(done, 1), "done": done,
-            "mean_tpot_ms": 1e3 * tpot_sum / max(done, 1), "peak": peak}
+            "mean_tpot_ms": 1e3 * tpot_sum / max(done, 1), "peak": peak,
+            "timeline": [(b * 600, *row) for b, row in sorted(timeline.items())]}
 
 
 def _apply(pools: dict[str, Pool], targets: dict[str, int], t: float, startup_s: float,

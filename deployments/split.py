@@ -10,7 +10,7 @@ SLO:
 | no load at all | the pools' minimums | `drained` |
 | C serves; a split of fewer accelerators serves load × (1 + downscale_headroom), and so does what runs while it starts | of those the fewest accelerators, then the lowest TPOT | `save` |
 | C serves; a split of no more accelerators has a mean TPOT ≥ min_gain lower, and what runs while it starts serves | that split | `rebalance` |
-| C does not serve; a split serves (or serves ≥ min_gain more) and its gain over load_horizon_s exceeds what it loses while its replicas start | the fewest accelerators that serve, then the lowest TPOT (none serves: the most goodput) | `shortfall` |
+| C does not serve; a split serves (or serves ≥ min_gain more) and its gain over load_horizon_s exceeds what it loses while its replicas start | the fewest accelerators that serve, then the lowest TPOT, growing C's pools only when such a split serves (none serves: the most goodput) | `shortfall` |
 | the same, but starting costs more than it gains | hold | `start_cost` |
 | otherwise | hold | `steady` |
 
@@ -125,7 +125,8 @@ def choose_split(current: tuple[int, int], loads: list[Load], curves: Mapping[st
             return SplitChoice(best.split, "rebalance", cur, best, kept(best.split)[1])
         return SplitChoice(current, "steady", cur, cur)
     cands = [fcs[s] for s in splits]
-    serving = [f for f in cands if f.sufficient]
+    growing = [f for f in cands if f.sufficient and all(b >= a for a, b in zip(current, f.split))]
+    serving = growing or [f for f in cands if f.sufficient]
     best = (min(serving, key=lambda f: (f.accelerators, f.tpot_s)) if serving else
             min(cands, key=lambda f: (-round(f.goodput_tok_s, 6), f.tpot_s, f.accelerators)))
     if best.split == current or not (
