@@ -18,8 +18,9 @@ of `SHARES` steps) at which the last class sent still has S ≥ min_speedup (the
 point). A pool at 0 replicas gets nothing; with only the speculative pool up, everything goes
 there (the router's `pool_unavailable` fallback).
 
-Goodput = output tokens/s served within the SLO, per pool min(demand, n · capacity); `sufficient`
-means the whole demand is served within it.
+Goodput = output tokens/s served within the SLO: per pool its demand when that is at most
+n · capacity, else 0 (replicas share a pool's load evenly, so past capacity every request's TPOT
+exceeds the SLO); `sufficient` means the whole demand is served within it.
 """
 
 from __future__ import annotations
@@ -181,7 +182,7 @@ def forecast_all(splits: list[tuple[int, int]], loads: list[Load],
                 hit = (0.0, UNSERVED_TPOT_S, math.inf)
             else:
                 step = curve.step_s(tokens / n, e)
-                hit = (min(tokens, n * cap), min(step / e, UNSERVED_TPOT_S), step)
+                hit = (tokens if tokens <= n * cap else 0.0, min(step / e, UNSERVED_TPOT_S), step)
             memo[(key, n, i)] = hit
         return hit
 
@@ -195,7 +196,8 @@ def forecast_all(splits: list[tuple[int, int]], loads: list[Load],
             else:
                 c = spec_c.capacity(slo_tpot_s, e_all)
                 step = spec_c.step_s(demand / n_s, e_all) if demand > 0 else spec_c.t[0]
-                good, tpot, f = min(demand, n_s * c), min(step / e_all, UNSERVED_TPOT_S), 1.0
+                good = demand if demand <= n_s * c else 0.0
+                tpot, f = min(step / e_all, UNSERVED_TPOT_S), 1.0
             out[(n_v, n_s)] = Forecast((n_v, n_s), acc, demand, good, tpot if demand else 0.0, f)
             continue
         best = None
