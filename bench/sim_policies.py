@@ -55,15 +55,16 @@ def queue_length_policy(pools: dict, cfg: AutoscalingConfig, state: dict, now: f
 
 def dynamo_planner(pools: dict, cfg: AutoscalingConfig, state: dict, now: float,
                    sent_tokens: dict[str, float], global_expected_tokens: float,
-                   tp: int) -> dict[str, int]:
+                   tp: int, itl_fraction: float = 1.0) -> dict[str, int]:
     """Dynamo-style targets (module doc). `sent_tokens`: output tokens routed to each pool so
-    far (cumulative); `state` keeps the last interval's mark."""
+    far (cumulative); `state` keeps the last interval's mark; the planner's ITL target is
+    `itl_fraction` × the SLO (a tighter target provisions more)."""
     if now - state.get("t", -math.inf) < DYNAMO_INTERVAL_S:
         return {n: p.target for n, p in pools.items()}
     last = state.get("tokens", {n: 0.0 for n in pools})
     span = now - state.get("t", now - DYNAMO_INTERVAL_S)
     state.update(t=now, tokens=dict(sent_tokens))
-    slo = cfg.slo_tpot_ms / 1e3
+    slo = itl_fraction * cfg.slo_tpot_ms / 1e3
     want = {}
     for n, p in pools.items():
         if "curve" not in state.setdefault("curves", {}).get(n, {}):

@@ -18,9 +18,10 @@ of `SHARES` steps) at which the last class sent still has S ≥ min_speedup (the
 point). A pool at 0 replicas gets nothing; with only the speculative pool up, everything goes
 there (the router's `pool_unavailable` fallback).
 
-Goodput = output tokens/s served within the SLO: per pool its demand when that is at most
-n · capacity, else 0 (replicas share a pool's load evenly, so past capacity every request's TPOT
-exceeds the SLO); `sufficient` means the whole demand is served within it.
+Goodput = output tokens/s served within the SLO: per pool its demand when its slowest class
+(lowest E[τ]) meets the SLO at the step time the pool runs, T(N) / E[τ]_min ≤ slo_tpot_s, else 0
+(replicas share a pool's load evenly, so past that every request of the class misses, and
+SLO attainment counts requests); `sufficient` means the whole demand is served within it.
 """
 
 from __future__ import annotations
@@ -165,24 +166,27 @@ def forecast_all(splits: list[tuple[int, int]], loads: list[Load],
     tp_v, tp_s = tensor_parallel_size.get("vanilla", 1), tensor_parallel_size.get("speculative", 1)
     all_steps = sum(x.tokens_per_s / x.expected_tokens for x in loads)
     e_all = demand / all_steps if all_steps > 0 else 1.0
+    e_slowest = min((x.expected_tokens for x in loads if x.tokens_per_s > 0), default=1.0)
     parts = [_spec_part(loads, i / SHARES) for i in range(SHARES + 1)]
-    # per share i: vanilla takes demand − tokens at e = 1, speculative tokens at e_i
-    van = [(van_c, demand - tok, 1.0, van_c.capacity(slo_tpot_s)) for tok, _, _ in parts]
-    spec = [(spec_c, tok, e, spec_c.capacity(slo_tpot_s, e)) for tok, e, _ in parts]
+    # per share i: vanilla takes demand − tokens at e = 1, speculative tokens at e_i, whose
+    # slowest class (the last taken, lowest E[τ]) must meet the SLO
+    van = [(van_c, demand - tok, 1.0, 1.0) for tok, _, _ in parts]
+    spec = [(spec_c, tok, e, last) for tok, e, last in parts]
     memo: dict = {}
 
     def pool(side: list, key: str, n: int, i: int) -> tuple[float, float, float]:
         """(goodput tok/s, TPOT s, step s) of n replicas sharing share i's tokens evenly."""
         hit = memo.get((key, n, i))
         if hit is None:
-            curve, tokens, e, cap = side[i]
+            curve, tokens, e, e_min = side[i]
             if tokens <= 0:
                 hit = (0.0, 0.0, curve.t[0])
             elif n == 0:
                 hit = (0.0, UNSERVED_TPOT_S, math.inf)
             else:
                 step = curve.step_s(tokens / n, e)
-                hit = (tokens if tokens <= n * cap else 0.0, min(step / e, UNSERVED_TPOT_S), step)
+                hit = (tokens if step <= slo_tpot_s * e_min else 0.0,
+                       min(step / e, UNSERVED_TPOT_S), step)
             memo[(key, n, i)] = hit
         return hit
 
@@ -194,9 +198,8 @@ def forecast_all(splits: list[tuple[int, int]], loads: list[Load],
                 good, tpot, _ = pool(van, "v", n_v, 0)
                 f = 0.0
             else:
-                c = spec_c.capacity(slo_tpot_s, e_all)
                 step = spec_c.step_s(demand / n_s, e_all) if demand > 0 else spec_c.t[0]
-                good = demand if demand <= n_s * c else 0.0
+                good = demand if step <= slo_tpot_s * e_slowest else 0.0
                 tpot, f = min(step / e_all, UNSERVED_TPOT_S), 1.0
             out[(n_v, n_s)] = Forecast((n_v, n_s), acc, demand, good, tpot if demand else 0.0, f)
             continue
