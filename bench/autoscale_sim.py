@@ -63,7 +63,31 @@ class Pool:
         return self.queued_w
 
     def batch(self) -> float:
-        return self.active_w / self.running if self.running else 0.0
+        """Sequences running per replica (stopped replicas' sequences drain on one)."""
+        return self.active_w / max(self.running, 1)
+
+    def admit(self) -> None:
+        """Starts waiting requests, oldest first, while the running replicas have slots."""
+        while self.queue and self.active_w + self.queue[0][3] <= self.running * self.max_num_seqs:
+            arrival, steps, tokens, w = self.queue.popleft()
+            heapq.heappush(self.active, (self.steps + steps, arrival, tokens, w))
+            self.active_w, self.queued_w = self.active_w + w, self.queued_w - w
+
+    def advance(self, now: float, until: float, finished: list) -> None:
+        """Runs the engines from `now` to `until` (s), the step time following the batch as
+        requests finish and start; appends (finish t, arrival t, tokens, weight) to `finished`."""
+        while self.active:
+            step_s = self.model.step_time(self.batch())
+            gap_s = (self.active[0][0] - self.steps) * step_s
+            if now + gap_s > until:
+                self.steps += (until - now) / step_s
+                return
+            now, self.steps = now + gap_s, self.active[0][0]
+            while self.active and self.active[0][0] <= self.steps:
+                _, arrival, tokens, w = heapq.heappop(self.active)
+                self.active_w -= w
+                finished.append((now, arrival, tokens, w))
+            self.admit()
 
 
 def route(task: str, pools: dict[str, Pool], etau: dict[str, float]) -> str:
@@ -101,39 +125,31 @@ def simulate(policy: str, cfg: AutoscalingConfig, trace: list, static: dict[str,
     end = max(r.t for r in trace) + 600
     i, t, next_policy = 0, 0.0, 0.0
     while t < end:
-        t += 1.0
+        t0, t = t, t + 1.0
+        due: dict[str, list] = {name: [] for name in POOLS}
         while i < len(trace) and trace[i].t <= t:
             r = trace[i]
-            name = route(r.task, pools, etau)
+            name = route(r.task, pools, etau)  # at the batches of the tick's start
             per_step = etau[r.task] if name == "speculative" else 1.0
-            pools[name].queue.append((r.t, r.tokens / per_step, r.tokens, cohort))
-            pools[name].queued_w += cohort
+            due[name].append((r.t, r.tokens / per_step, r.tokens, cohort))
             sent[name] += r.tokens * cohort
             arrivals.append((r.t, r.task, r.tokens * cohort))
             i += 1
         while arrivals and arrivals[0][0] <= t - DEMAND_WINDOW_S:
             arrivals.popleft()
+        finished: list = []
         for name, p in pools.items():
-            ready = [x for x in p.starting if x <= t]
-            p.starting = [x for x in p.starting if x > t]
-            p.running += len(ready)
-            step_s = p.model.step_time(max(p.batch(), 1.0))
-            while p.queue and p.active_w + p.queue[0][3] <= p.running * max_num_seqs:
-                arrival, steps, tokens, w = p.queue.popleft()
-                late = max(0.0, arrival - (t - 1.0)) / step_s  # it starts at its arrival
-                heapq.heappush(p.active, (p.steps + late + steps, arrival, tokens, w))
-                p.active_w, p.queued_w = p.active_w + w, p.queued_w - w
-            if p.active:
-                step_s = p.model.step_time(p.batch())
-                p.steps += 1.0 / step_s
-                while p.active and p.active[0][0] <= p.steps:
-                    finish_step, arrival, tokens, w = heapq.heappop(p.active)
-                    p.active_w -= w
-                    tpot = (t - (p.steps - finish_step) * step_s - arrival) / tokens
-                    done, tpot_sum = done + w, tpot_sum + tpot * w
-                    met += w * (tpot <= slo_tpot_s)
-                    row = timeline.setdefault(int(t // 600), [0, 0, 0, 0])
-                    row[0], row[1] = row[0] + w * (tpot <= slo_tpot_s), row[1] + w
+            p.running += sum(1 for x in p.starting if x <= t0)
+            p.starting = [x for x in p.starting if x > t0]
+            p.admit()
+            now = t0
+            for item in due[name]:
+                p.advance(now, item[0], finished)
+                now = item[0]
+                p.queue.append(item)
+                p.queued_w += item[3]
+                p.admit()
+            p.advance(now, t, finished)
             p.recent.append((t, p.in_flight()))
             while p.recent[0][0] <= t - cfg.look_back_period_s:
                 p.recent.popleft()
@@ -141,6 +157,12 @@ def simulate(policy: str, cfg: AutoscalingConfig, trace: list, static: dict[str,
             peak[name] = max(peak[name], p.running)
             if int(t) % 600 == 300:
                 timeline.setdefault(int(t // 600), [0, 0, 0, 0])[2 + POOLS.index(name)] = p.running
+        for finish_t, arrival, tokens, w in finished:
+            tpot = (finish_t - arrival) / tokens
+            ok = w * (tpot <= slo_tpot_s)
+            done, tpot_sum, met = done + w, tpot_sum + tpot * w, met + ok
+            row = timeline.setdefault(int(t // 600), [0, 0, 0, 0])
+            row[0], row[1] = row[0] + ok, row[1] + w
         if policy == "static" or t < next_policy:
             continue
         next_policy = t + policy_interval_s

@@ -68,7 +68,7 @@ GPU = Scenario(
                               32: 32 * _E2E_EAGLE3 / 3186}},
     expected_tokens={"code": 5.6, "math": 5.0, "extraction": 5.3, "chat": 3.8, "creative": 3.0},
     global_expected_tokens=_E2E_EAGLE3, tensor_parallel_size=4, budget_replicas=16,
-    peak_rps=90.0, base_rps=4.0, slo_tpot_ms=10.0, startup_s=240.0, max_num_seqs=128,
+    peak_rps=75.0, base_rps=4.0, slo_tpot_ms=10.0, startup_s=240.0, max_num_seqs=128,
     target_ongoing=24.0, cohort=4)
 
 _CPU_ALPHA = {"code": 0.8, "math": 0.75, "extraction": 0.8, "chat": 0.5, "creative": 0.4}
