@@ -9,7 +9,7 @@ Each tick, in order:
 | a pool at 0 has requests waiting at its handle | it gets 1 at once (the other −1 if the budget is full) | `demand` |
 | Serve is still moving to the last targets | hold | `scaling_in_progress` |
 | the last move started new replicas first and they serve | the move's final split, at once | `handover` |
-| otherwise | `split.choose_split` (its table); a `shortfall` move waits `upscale_delay_s`, a `save` or `rebalance` (not urgent) `downscale_delay_s`, wanted without interruption (until then `pending`) | its reason |
+| otherwise | `split.choose_split` (its table); a `shortfall` move waits `upscale_delay_s` (none when the current split misses the SLO at the observed load already: `urgent`), a `save` or `rebalance` (not urgent) `downscale_delay_s`, wanted without interruption (until then `pending`) | its reason |
 
 Replica start times are measured per pool: from a target raised by this policy to the pool
 running that many replicas (an EWMA in the state, `replica_start_s` until measured), and enter
@@ -109,7 +109,8 @@ def decide_budget(views: dict[str, PoolView], demand: list[Load], cfg: Autoscali
     kind = "up" if choice.reason == "shortfall" else "down"  # save, rebalance: not urgent
     plan = st["vanilla"].get("plan", {})
     since = plan["since"] if plan.get("kind") == kind else now
-    delay = cfg.upscale_delay_s if kind == "up" else cfg.downscale_delay_s
+    delay = 0.0 if choice.urgent else cfg.upscale_delay_s if kind == "up" else \
+        cfg.downscale_delay_s
     if now - since < delay:
         for p in views:
             st[p]["plan"] = {"kind": kind, "since": since}

@@ -41,6 +41,7 @@ class SplitChoice:
         current: forecast of the current split at the planned load.
         chosen: forecast of the wanted split at the planned load.
         make_before_break: the move's new replicas start before old ones stop.
+        urgent: a shortfall where the current split does not serve even the observed load.
     """
 
     split: tuple[int, int]
@@ -48,6 +49,7 @@ class SplitChoice:
     current: Forecast
     chosen: Forecast
     make_before_break: bool = False
+    urgent: bool = False
 
     @property
     def gain(self) -> dict:
@@ -140,4 +142,5 @@ def choose_split(current: tuple[int, int], loads: list[Load], curves: Mapping[st
     gain = (best.goodput_tok_s - cur.goodput_tok_s) * max(0.0, cfg.load_horizon_s - start)
     if loss >= gain and loss > 0:
         return SplitChoice(current, "start_cost", cur, best)
-    return SplitChoice(best.split, "shortfall", cur, best, mbb)
+    urgent = not fc([current], 1.0)[current].sufficient
+    return SplitChoice(best.split, "shortfall", cur, best, mbb, urgent)

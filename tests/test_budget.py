@@ -112,11 +112,15 @@ def test_hysteresis_holds_against_small_changes():
     # after saving, up to 25 % more (1.5 / 1.2) does not grow it back
     for factor in (0.5, 0.55, 0.6):
         assert at(saved.split, factor).split == saved.split, factor
-    # a wanted move waits out its delay, and the plan survives the wait
+    # a move for the planned load (the observed one is served) waits out its delay, and the
+    # plan survives the wait; one the observed load already needs (urgent) does not wait
     cfg = CFG.model_copy(update={"upscale_delay_s": 30.0})
-    d, state = decide(views(*grown.split), cfg, {}, 0.0, demand=loads(30000, 0.5))
-    assert d["vanilla"].pending and split_of(d) == grown.split
-    d, state = decide(views(*grown.split), cfg, state, 30.0, demand=loads(30000, 0.5))
+    d, state = decide(views(*grown.split), cfg, {}, 0.0, demand=loads(17250, 0.5))
+    assert d["vanilla"].reason == "shortfall" and d["vanilla"].pending
+    assert split_of(d) == grown.split
+    d, state = decide(views(*grown.split), cfg, state, 30.0, demand=loads(17250, 0.5))
+    assert not d["vanilla"].pending and sum(split_of(d)) > sum(grown.split)
+    d, _ = decide(views(*grown.split), cfg, {}, 0.0, demand=loads(30000, 0.5))
     assert not d["vanilla"].pending and sum(split_of(d)) > sum(grown.split)
 
 
