@@ -77,6 +77,26 @@ class AutoscalingConfig(_Strict):
     memory_bound_low: float = Field(
         0.3, ge=0, lt=1, description="Memory-bound fraction at or below which speculative "
         "replicas count as compute-bound: capacity shifts to vanilla. Between the two: hold.")
+    slo_tpot_ms: float = Field(
+        50.0, gt=0, description="Budget split (deployments/split.py): time per output token a "
+        "split must keep (decode time over tokens, queueing in the engine included) to count as "
+        "serving a load.")
+    headroom: float = Field(
+        0.2, ge=0, description="Budget split: plan for the observed load x (1 + headroom), for "
+        "the load that grows while replicas start.")
+    downscale_headroom: float = Field(
+        0.5, ge=0, description="Budget split hysteresis: a split of fewer accelerators replaces "
+        "the current one only if it would serve the observed load x (1 + downscale_headroom).")
+    min_gain: float = Field(
+        0.1, gt=0, lt=1, description="Budget split hysteresis: a split of no more accelerators "
+        "replaces one that serves only if its predicted mean TPOT is this fraction lower; one "
+        "that does not serve either only if it serves this fraction more.")
+    replica_start_s: float = Field(
+        120.0, gt=0, description="Budget split: seconds from a replica's target to its serving "
+        "until a start has been measured; then each pool's measured start time counts.")
+    load_horizon_s: float = Field(
+        600.0, gt=0, description="Budget split: how long the observed load is expected to last; "
+        "a move pays only if its gain over this time exceeds what its replica starts cost.")
     utilization_source: Literal["engine", "dcgm"] = Field(
         "engine", description="`engine`: memory-bound fraction from engine stats and the profiled "
         "step times (CPU or GPU); `dcgm`: DCGM profiling fields from `dcgm_exporter_url`.")
@@ -99,6 +119,9 @@ class AutoscalingConfig(_Strict):
     def _check(self) -> AutoscalingConfig:
         if self.memory_bound_low >= self.memory_bound_high:
             raise ValueError("memory_bound_low: must be < memory_bound_high")
+        if self.downscale_headroom < self.headroom:
+            raise ValueError(f"downscale_headroom: {self.downscale_headroom:g} must be >= "
+                             f"headroom {self.headroom:g} (or the split would flap)")
         if self.look_back_period_s <= self.metrics_interval_s:  # Ray Serve 2.60 warns, will raise
             raise ValueError(f"look_back_period_s: {self.look_back_period_s:g} must be above "
                              f"metrics_interval_s {self.metrics_interval_s:g}")

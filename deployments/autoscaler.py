@@ -105,13 +105,13 @@ class PoolAutoscaler:
             event = {"t": time.time(), "pool": pool, "action": d.action, "reason": d.reason,
                      "pending": d.pending, "previous": d.previous, "replicas": d.replicas,
                      "wanted": d.wanted, "running": v.replicas, "ongoing": round(v.ongoing, 2),
-                     "waiting": v.waiting, "memory_bound": v.memory_bound}
+                     "waiting": v.waiting, "memory_bound": v.memory_bound, "gain": d.gain}
             self._events.append(event)
             logger.info("specserve autoscaling: %s %s %d -> %d (wanted %d, reason %s%s; "
-                        "running %d, in flight %.1f, waiting %s, memory-bound %s)",
+                        "running %d, in flight %.1f, waiting %s, memory-bound %s; predicted %s)",
                         pool, d.action, d.previous, d.replicas, d.wanted, d.reason,
                         ", pending delay" if d.pending else "", v.replicas, v.ongoing,
-                        v.waiting, v.memory_bound)
+                        v.waiting, v.memory_bound, d.gain)
             if ray.is_initialized():  # inside Serve's controller; not in pure tests
                 self._count(pool, d)
         if ray.is_initialized():

@@ -1,4 +1,10 @@
-"""The autoscaling policy of both pools, as one pure function: `decide(views, cfg, state, now)`.
+"""The autoscaling policy of both pools, as one pure function: `decide(views, cfg, state, now,
+demand)`.
+
+Given the observed offered load per request class (`demand`) and both pools' step-time models
+(`PoolView.step_times`), the budget decides: the split (n_vanilla, n_speculative) with the best
+predicted goodput within the TPOT SLO (deployments/budget.py, deployments/split.py). Without them
+(no arrival rates wired yet, a pool never profiled) the per-pool rules below decide.
 
 Each call sees every pool (`PoolView`: replicas, requests in flight, engine queue, memory-bound
 fraction) and returns each pool's replica target with the reason, plus the state for the next call.
@@ -33,64 +39,15 @@ the delays: a pool moves to its new size only after wanting it, in the same dire
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from cluster.autoscaling_config import AutoscalingConfig
+from deployments.budget import decide_budget
+from deployments.decision import Decision, PoolView
+from deployments.goodput import Load
+
+__all__ = ["Decision", "PoolView", "decide"]
 
 POOLS = ("vanilla", "speculative")
-
-
-@dataclass(frozen=True, slots=True)
-class PoolView:
-    """One pool as the policy sees it at one control-loop tick.
-
-    Attributes:
-        replicas: replicas running now.
-        target: replica count Serve is steering the pool to (the last decision).
-        ongoing: requests in flight to the pool (queued at handles or running in replicas),
-            averaged over Serve's look-back window.
-        waiting: requests waiting in the pool's engines (vLLM num_requests_waiting), summed over
-            replicas; None when a running replica has not reported it.
-        memory_bound: mean memory-bound fraction of the pool's replicas in [0, 1]; None when a
-            running replica has not reported it.
-        tensor_parallel_size: accelerators one replica holds.
-        busy: fraction of the window's reports in which the pool's engines produced output, in
-            [0, 1] (short requests that Serve's sampled in-flight count misses); None: unknown.
-    """
-
-    replicas: int
-    target: int
-    ongoing: float
-    waiting: float | None
-    memory_bound: float | None
-    tensor_parallel_size: int = 1
-    busy: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """The policy's answer for one pool.
-
-    Attributes:
-        replicas: the target to run now (the old target while a change waits out its delay).
-        wanted: the size the pool should have after bounds and budget.
-        reason: why `wanted` (see the module table, plus `budget_cap`, `budget_shift`).
-        previous: the target before this decision.
-        pending: a change is wanted but its delay has not passed.
-    """
-
-    replicas: int
-    wanted: int
-    reason: str
-    previous: int
-    pending: bool = False
-
-    @property
-    def action(self) -> str:
-        """`up`, `down` or `hold`: what this decision does to the target now."""
-        if self.replicas == self.previous:
-            return "hold"
-        return "up" if self.replicas > self.previous else "down"
 
 
 def _wants(name: str, v: PoolView, cfg: AutoscalingConfig,
@@ -143,18 +100,26 @@ def _fit_budget(wanted: dict[str, int], reasons: dict[str, str], views: dict[str
 
 
 def decide(views: dict[str, PoolView], cfg: AutoscalingConfig, state: dict, now: float,
+           demand: list[Load] | None = None, min_speedup: float = 1.1,
            ) -> tuple[dict[str, Decision], dict]:
     """Replica targets of every pool in `views` (module doc), and the next state.
 
     Args:
         views: per pool ("vanilla" / "speculative") its view this tick; absent pools are not served.
         cfg: the autoscaling section of the config.
-        state: what the previous call returned ({} at first); JSON-serializable.
+        state: what the previous call returned ({} at first); JSON-serializable, one entry per
+            pool (Serve keeps each deployment's policy state apart).
         now: seconds on any monotonic clock, the same for every call.
+        demand: the observed offered load per request class; with it, and both pools' step
+            times, the budget split decides (deployments/budget.py); None: the per-pool rules.
+        min_speedup: the router's threshold on S (router.min_speedup), for the split's routing.
 
     Returns:
         ({pool: Decision}, new state).
     """
+    if demand is not None and set(views) == set(POOLS) and all(
+            v.step_times for v in views.values()):
+        return decide_budget(views, demand, cfg, state, now, min_speedup)
     spec = views.get("speculative")
     spec_compute_bound = False
     wanted, reasons = {}, {}
