@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 
 import pytest
 
@@ -23,3 +24,14 @@ def start_own_ray(num_cpus: int) -> None:
                     "in-process Ray must be shut down")
     os.environ[CORES_DIR_ENV] = tempfile.mkdtemp(prefix="specserve-cores-")
     ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+
+
+def until(predicate, timeout_s: float, period_s: float = 2.0):
+    """The first truthy `predicate()` within `timeout_s`, else None."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = predicate()
+        if result:
+            return result
+        time.sleep(period_s)
+    return None

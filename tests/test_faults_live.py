@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from cluster.config import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, SpecserveConfig
-from tests.local_ray import start_own_ray
+from tests.local_ray import start_own_ray, until
 
 pytestmark = [pytest.mark.serve, pytest.mark.own_ray]
 
@@ -97,17 +97,6 @@ def _metric(client, line_start: str) -> float:
                if line.startswith(line_start))
 
 
-def _until(predicate, timeout_s: float, period_s: float = 2.0):
-    """The first truthy `predicate()` within `timeout_s`, else None."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        result = predicate()
-        if result:
-            return result
-        time.sleep(period_s)
-    return None
-
-
 def _served_by(client, pool: str) -> bool:
     """A request forced to `pool` ran there (while `pool` is at zero another pool takes it)."""
     r = _post(client, route=pool)
@@ -130,7 +119,7 @@ def test_a_request_for_a_pool_at_zero_goes_elsewhere_and_wakes_it(client):
     assert r.status_code == 200, r.text
     assert (r.headers["x-specserve-route"], r.headers["x-specserve-reason"]) == (
         "vanilla", "pool_scaled_to_zero")
-    assert _until(lambda: _served_by(client, "speculative"), WAKE_S), \
+    assert until(lambda: _served_by(client, "speculative"), WAKE_S), \
         "the speculative pool did not start for the requests that wanted it"
     assert _metric(client, 'specserve_pool_wakes_total{pool="speculative"}') >= 1
     assert _metric(client, 'specserve_requests_total{reason="pool_scaled_to_zero"') >= 1
@@ -174,7 +163,7 @@ def test_a_board_restart_neither_cancels_a_request_nor_loses_the_pin(client):
 
     from deployments.stats import get_board
 
-    assert _until(lambda: _running("vanilla") == 1, WAKE_S)
+    assert until(lambda: _running("vanilla") == 1, WAKE_S)
     assert client.put("/admin/policy", json={"pin": "vanilla"}).status_code == 200
     try:
         body = {"max_tokens": 900, "ignore_eos": True, "route": "vanilla"}
@@ -198,7 +187,7 @@ def _router_sees_no_replica(client) -> bool:
 
 
 def test_pools_that_drained_to_zero_start_again_for_requests(client):
-    assert _until(lambda: _router_sees_no_replica(client), DOWNSCALE_DELAY_S + 90), \
+    assert until(lambda: _router_sees_no_replica(client), DOWNSCALE_DELAY_S + 90), \
         "the idle pools did not drain to zero"
     r = _post(client)  # both pools at zero: it waits for the one it wants
     assert r.status_code == 200, r.text
@@ -208,7 +197,7 @@ def test_pools_that_drained_to_zero_start_again_for_requests(client):
     r = _post(client, route=other)  # `other` at zero: the pool that is up takes it, `other` wakes
     assert (r.status_code, r.headers["x-specserve-route"], r.headers["x-specserve-reason"]) == (
         200, woke, "pool_scaled_to_zero")
-    assert _until(lambda: _served_by(client, other), WAKE_S), \
+    assert until(lambda: _served_by(client, other), WAKE_S), \
         f"the {other} pool did not start for the requests that wanted it"
 
 
@@ -217,6 +206,6 @@ def test_a_redeploy_starts_without_the_runtime_pin(client):
 
     assert client.put("/admin/policy", json={"pin": "vanilla"}).json()["source"] == "runtime"
     run_app(_config(max_speculative_temperature=0.6), APP, timeout_s=300)
-    assert _until(lambda: client.get("/admin/policy").json() == {
+    assert until(lambda: client.get("/admin/policy").json() == {
         "pin": "auto", "source": "config", "config_pin": "auto"}, 60), \
         f"the pin outlived the redeploy: {client.get('/admin/policy').json()}"

@@ -59,16 +59,21 @@ def test_every_manifest_passes_server_side_dry_run(run, path):
     assert "serverside-applied" in out and "(server dry run)" in out
 
 
-@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
-def test_the_stored_cluster_keeps_ray_token_auth_and_the_admin_keys(run, objects, path):
-    # the API server prunes fields its CRD schema does not know: read back what it stored
+def _applied(run, objects, path) -> tuple[dict, dict]:
+    """(rendered, stored) RayCluster spec of the manifest at `path`, applied for real: the API
+    server prunes fields its CRD schema does not know, so the stored one is what KubeRay gets."""
     rendered = yaml.safe_load(path.read_text())
     code, _, err = run("apply", "-f", str(path))
     assert code == 0, err
     plural, spec = ("rayservices", "rayClusterConfig") if rendered["kind"] == "RayService" else \
         ("rayjobs", "rayClusterSpec")
-    stored = objects(plural, rendered["metadata"]["name"])["spec"][spec]
-    assert stored["authOptions"] == rendered["spec"][spec]["authOptions"]
+    return rendered["spec"][spec], objects(plural, rendered["metadata"]["name"])["spec"][spec]
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
+def test_the_stored_cluster_keeps_ray_token_auth_and_the_admin_keys(run, objects, path):
+    rendered, stored = _applied(run, objects, path)
+    assert stored["authOptions"] == rendered["authOptions"]
     assert stored["authOptions"]["mode"] == "token"
     if ".gpu." in path.name:
         assert stored["authOptions"]["secretName"] == "specserve-ray-token"
@@ -80,12 +85,7 @@ def test_the_stored_cluster_keeps_ray_token_auth_and_the_admin_keys(run, objects
 @pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
 def test_the_stored_cluster_keeps_each_groups_ray_node_labels(run, objects, path):
     # the labels each pool's replicas select (<pool>.node_labels) survive CRD pruning
-    rendered = yaml.safe_load(path.read_text())
-    code, _, err = run("apply", "-f", str(path))
-    assert code == 0, err
-    plural, spec = ("rayservices", "rayClusterConfig") if rendered["kind"] == "RayService" else \
-        ("rayjobs", "rayClusterSpec")
-    stored = objects(plural, rendered["metadata"]["name"])["spec"][spec]
+    _, stored = _applied(run, objects, path)
     assert {g["groupName"]: g["labels"] for g in stored["workerGroupSpecs"]} == {
         "vanilla": {"specserve.io/pool": "vanilla"},
         "speculative": {"specserve.io/pool": "speculative"}}

@@ -25,6 +25,7 @@ import pytest
 
 from cluster.config import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, SpecserveConfig
 from deployments.cores import CORES_DIR_ENV, SHARE_CORES_ENV
+from tests.local_ray import until
 
 pytestmark = [pytest.mark.serve, pytest.mark.own_ray]
 
@@ -151,17 +152,6 @@ def _post(client, route: str) -> httpx.Response:
     return r
 
 
-def _until(predicate, timeout_s: float, period_s: float = 2.0):
-    """The first truthy `predicate()` within `timeout_s`, else None."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        result = predicate()
-        if result:
-            return result
-        time.sleep(period_s)
-    return None
-
-
 def test_each_pool_runs_on_its_own_node_and_the_router_on_the_head(cluster):
     import ray
 
@@ -201,7 +191,7 @@ def test_a_lost_worker_node_fails_its_pool_over_and_it_returns_on_a_new_node(clu
                                          r.headers["x-specserve-reason"]) == (
             "vanilla", "pool_unavailable")
 
-    assert _until(failed_over, 60), "no pool_unavailable fallback within 60 s of the node's loss"
+    assert until(failed_over, 60), "no pool_unavailable fallback within 60 s of the node's loss"
     failover_s = time.monotonic() - t_kill
     time.sleep(5)
     # A raylet killed with SIGKILL cannot stop its workers' children: seen, not asserted here
@@ -214,7 +204,7 @@ def test_a_lost_worker_node_fails_its_pool_over_and_it_returns_on_a_new_node(clu
     def back():
         return _post(client, "speculative").headers["x-specserve-route"] == "speculative"
 
-    assert _until(back, BACK_S, period_s=3), f"speculative not back within {BACK_S:.0f} s"
+    assert until(back, BACK_S, period_s=3), f"speculative not back within {BACK_S:.0f} s"
     cores = _record_engines(cluster)
     placement = _placement()
     print(json.dumps({"failover_s": round(failover_s, 1),
