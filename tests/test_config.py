@@ -19,12 +19,20 @@ def test_default_config_loads_and_renders_speculative_config():
                     "prompt_lookup_max": 4}
 
 
+def test_a_quantized_draft_reaches_speculative_config():
+    cfg = SpecserveConfig.from_dict(_spec(quantization="fp8"))
+    assert cfg.speculative.speculator.to_vllm()["quantization"] == "fp8"
+
+
 @pytest.mark.parametrize("data, field", [
     ({**_spec(), "bogus": 1}, "bogus"),
     (_spec(num_speculative_tokens=0), "speculative.speculator.num_speculative_tokens"),
     (_spec(method="medusa2"), "speculative.speculator.method"),
     ({"speculative": {"speculator": {"method": "eagle3"}}}, "model: required for method 'eagle3'"),
     ({"speculative": {"speculator": {"method": "ngram", "model": "/x"}}}, "model: must be unset"),
+    ({"speculative": {"speculator": {"method": "ngram", "quantization": "fp8"}}},
+     "quantization: ngram has no draft weights"),
+    (_spec(quantization="int3"), "quantization: 'int3' is not a quantization method"),
     ({**_spec(), "vanilla": {"tensor_parallel_size": 4}}, "vanilla.tensor_parallel_size"),
     ({**_spec(), "server": {"port": 70000}}, "server.port"),
     ({**_spec(), "vanilla": {"node_labels": {"ray.io/node-id": "x"}}}, "vanilla.node_labels: "
