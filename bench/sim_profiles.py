@@ -20,12 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from router.speedup import expected_tokens
+
 GAINING_TASKS = ("code", "math", "extraction")  # router.speculative_tasks in the default config
-
-
-def expected_tokens(alpha: float, gamma: int = 4) -> float:
-    """E[τ] = (1 − α^(γ+1)) / (1 − α), bonus token included (Leviathan et al. 2023, eq. 1)."""
-    return (1 - alpha ** (gamma + 1)) / (1 - alpha)
 
 
 @dataclass(frozen=True)
@@ -75,7 +72,7 @@ _CPU_ALPHA = {"code": 0.8, "math": 0.75, "extraction": 0.8, "chat": 0.5, "creati
 CPU = Scenario(
     profiles={"vanilla": {1: 0.0267, 16: 0.0386, 64: 0.0562, 128: 0.113},
               "speculative": {1: 0.0609, 16: 0.123, 64: 0.206, 128: 0.351}},
-    expected_tokens={t: expected_tokens(a) for t, a in _CPU_ALPHA.items()},
+    expected_tokens={t: expected_tokens([a] * 4) for t, a in _CPU_ALPHA.items()},  # k = 4
     global_expected_tokens=3.44, tensor_parallel_size=1, budget_replicas=8, peak_rps=9.0,
     base_rps=0.5, slo_tpot_ms=50.0, startup_s=60.0, max_num_seqs=128, target_ongoing=32.0,
     cohort=1)

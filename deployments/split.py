@@ -103,6 +103,9 @@ def choose_split(current: tuple[int, int], loads: list[Load], curves: Mapping[st
         floor_fc = fc([floor], planned_f)[floor]
         return SplitChoice(floor, "drained" if floor != current else "steady", cur, floor_fc)
 
+    def at(split: tuple[int, int]) -> Forecast:
+        return fcs[split] if split in fcs else fc([split], planned_f)[split]
+
     def kept(split: tuple[int, int]) -> tuple[tuple[int, int], bool]:
         union = tuple(max(a, b) for a, b in zip(current, split))
         if sum(n * tp.get(p, 1) for p, n in zip(POOLS, union)) <= cfg.budget_accelerators:
@@ -111,7 +114,7 @@ def choose_split(current: tuple[int, int], loads: list[Load], curves: Mapping[st
 
     def during_ok(split: tuple[int, int]) -> bool:
         k, _ = kept(split)
-        return k == current or (fcs[k] if k in fcs else fc([k], planned_f)[k]).sufficient
+        return k == current or at(k).sufficient
 
     if cur.sufficient:
         cheaper = [s for s in splits if fcs[s].accelerators < cur.accelerators and fcs[s].sufficient]
@@ -137,7 +140,7 @@ def choose_split(current: tuple[int, int], loads: list[Load], curves: Mapping[st
     k, mbb = kept(best.split)
     growing = [p for p, a, b in zip(POOLS, current, best.split) if b > a]
     start = max((start_s.get(p, cfg.replica_start_s) for p in growing), default=0.0)
-    during = cur if mbb else (fcs[k] if k in fcs else fc([k], planned_f)[k])
+    during = cur if mbb else at(k)
     loss = max(0.0, cur.goodput_tok_s - during.goodput_tok_s) * start
     gain = (best.goodput_tok_s - cur.goodput_tok_s) * max(0.0, cfg.load_horizon_s - start)
     if loss >= gain and loss > 0:
