@@ -27,7 +27,11 @@ def profile_batches(max_batch: int) -> list[int]:
 async def profile_step_times(run_one: Callable[[], Awaitable[None]],
                              iterations: Callable[[], int],
                              batches: list[int]) -> dict[int, float]:
-    """{B: seconds per engine step} for each B in `batches`.
+    """{B: seconds per engine step} for each B in `batches`, after one unmeasured warm-up
+    request: an engine's first requests pay one-off costs (vLLM's n-gram proposer compiles its
+    numba kernels on first use: without the warm-up the speculative pool's batch-1 step measured
+    160 ms against 15 ms at batch 2, and the router sent the README's code request vanilla with
+    S = 0.18; measured 2026-12-01, default config on this 2-core machine).
 
     Args:
         run_one: runs one profiling request to completion on the engine.
@@ -35,6 +39,8 @@ async def profile_step_times(run_one: Callable[[], Awaitable[None]],
         batches: batch sizes to measure.
     """
     out: dict[int, float] = {}
+    if batches:
+        await run_one()
     for b in batches:
         before, t0 = iterations(), time.perf_counter()
         await asyncio.gather(*(run_one() for _ in range(b)))
