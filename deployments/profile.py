@@ -28,11 +28,10 @@ async def profile_step_times(run_one: Callable[[], Awaitable[None]],
                              iterations: Callable[[], int],
                              batches: list[int]) -> dict[int, float]:
     """{B: seconds per engine step} for each B in `batches`, after one unmeasured warm-up
-    request: an engine's first requests pay one-off costs (vLLM's n-gram proposer is numba
-    code; which first-use cost it was is not measured): without it the speculative pool's batch-1
-    step measured
-    160 ms against 15 ms at batch 2, and the router sent the README's code request vanilla with
-    S = 0.18; measured 2026-12-01, default config on this 2-core machine).
+    request: an engine's first requests pay one-off costs (vLLM's n-gram proposer is numba code;
+    which first-use cost it was is not measured). Without it the default config's speculative
+    pool measured 160 ms per step at batch 1 against 15 ms at batch 2, and the router sent the
+    README's code request vanilla at S = 0.18; with it, 9 ms and S = 5.2 (2026-12-01, 2 cores).
 
     Args:
         run_one: runs one profiling request to completion on the engine.
