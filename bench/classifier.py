@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import get_args
 
-from cluster.config import TaskType
+from core import TaskType
 from router.classify import classify_text
 
 PROMPTS_PATH = Path(__file__).with_name("prompts") / "tasks.jsonl"

@@ -31,7 +31,7 @@ import httpx
 import psutil
 
 from bench.client import Sample, stream_request
-from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig
+from core import DEFAULT_CONFIG_PATH, SpecserveConfig
 
 PROMPT = "def binary_search(items, target):\n    "
 MAX_TOKENS = 64

@@ -41,7 +41,7 @@ from bench.loadgen import closed_loop, poisson
 from bench.report import write_report
 from bench.summary import Slo, percentile, summarize
 from bench.workload import jobs
-from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig, models_dir
+from core import DEFAULT_CONFIG_PATH, SpecserveConfig, models_dir
 
 CHECKPOINTS = {"draft_model": "draft", "eagle3": "eagle3", "eagle": "eagle", "medusa": "medusa"}
 RATE_FRACTIONS = (0.3, 0.6, 0.9)  # Poisson rates as fractions of vanilla's measured capacity
@@ -192,7 +192,7 @@ def measure_decision_latency(cfg: SpecserveConfig, n: int = 2000) -> dict:
 
     from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionRequest
 
-    from deployments.stats import PoolStats
+    from core import PoolStats
     from router.decider import RouteDecider
     from router.policy import PoolLoad
 

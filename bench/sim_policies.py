@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from cluster.autoscaling_config import AutoscalingConfig
+from core import AutoscalingConfig
 from deployments.autoscaling import PoolView, decide
 from deployments.goodput import Load, PoolCurve
 from deployments.utilization import memory_bound_fraction

@@ -18,7 +18,7 @@ import ray
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from cluster.config import Route, SpecserveConfig
+from core import Route, SpecserveConfig
 from deployments.app import build_app_from_config
 from deployments.cores import node_cores
 

@@ -28,7 +28,7 @@ from typing import Iterable
 
 from cluster.batch_output import OutputRecord, row_key
 from cluster.batch_rows import BatchRow, RowError
-from cluster.config import SpecserveConfig, resolve_path
+from core import SpecserveConfig, resolve_path
 
 _MODEL_FILES = ("config.json", "generation_config.json")  # sampling defaults live in the latter
 _NAMED = 5  # custom_ids named in a refusal

@@ -32,7 +32,7 @@ import dataclasses
 import math
 from typing import Mapping
 
-from cluster.config import Route, SpecserveConfig
+from core import Route, SpecserveConfig
 from router.decider import RouteDecider
 from router.policy import Decision, PoolLoad, RequestFeatures
 from router.pressure import PressureTracker

@@ -23,7 +23,7 @@ import time
 
 from cluster import kube_cli
 from cluster.engine_reaper import engine_processes, reap
-from cluster.config import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, ConfigError, SpecserveConfig, \
+from core import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, ConfigError, SpecserveConfig, \
     check_checkpoints
 
 APP_NAME = "specserve"

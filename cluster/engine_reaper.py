@@ -9,7 +9,6 @@ on. The driver notes them before it stops Ray and kills any that survive it.
 
 from __future__ import annotations
 
-import time
 
 import psutil
 

@@ -29,7 +29,7 @@ from kubernetes.config.config_exception import ConfigException
 from urllib3.exceptions import MaxRetryError
 
 from cluster.kube_status import format_rayservice
-from cluster.config import DEFAULT_CONFIG_PATH, ConfigError, SpecserveConfig
+from core import DEFAULT_CONFIG_PATH, ConfigError, SpecserveConfig
 from cluster.kube_client import Kube, api_error, connect
 from cluster.kube_rollout import run_batch, upgrade
 from cluster.kuberay import MANIFESTS_DIR, plain, rayjob, rayservice, render, render_all

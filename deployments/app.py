@@ -20,7 +20,7 @@ from ray.llm._internal.serve.core.configs.openai_api_models import ModelCard
 from ray.serve import Application
 from ray.serve.llm.ingress import make_fastapi_ingress
 
-from cluster.config import ConfigError, SpecserveConfig, check_checkpoints
+from core import ConfigError, SpecserveConfig, check_checkpoints
 from deployments.pools import build_pool
 from router.ingress import ENDPOINTS, SpecserveIngress, build_fastapi_app
 
@@ -58,7 +58,7 @@ def build_app_from_config(cfg: SpecserveConfig, autoscale: bool = False) -> Appl
     Each call is one build of the application, named by a fresh `generation` in the ingress's
     arguments: Serve builds once per deploy (`serve run`, `serve deploy` of a changed config, a
     RayService update) and keeps the arguments across replica and controller restarts, so the
-    runtime pin (deployments/stats.py) lives exactly as long as the deployed application.
+    runtime pin (core/stats.py) lives exactly as long as the deployed application.
 
     Args:
         autoscale: give each pool Serve autoscaling bounds from `cfg.autoscaling` (for

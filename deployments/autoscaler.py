@@ -27,9 +27,9 @@ import time
 import ray
 from ray.util.metrics import Counter, Gauge
 
-from cluster.autoscaling_config import AutoscalingConfig
+from core import AutoscalingConfig
 from deployments.autoscaling import Decision, PoolView, decide
-from deployments.stats import get_board
+from core import get_board
 
 logger = logging.getLogger("ray.serve")
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 
-from cluster.autoscaling_config import AutoscalingConfig
+from core import AutoscalingConfig
 from deployments.budget import decide_budget
 from deployments.decision import Decision, PoolView
 from deployments.goodput import Load

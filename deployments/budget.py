@@ -19,7 +19,7 @@ State: one JSON dict per pool (Serve keeps each deployment's policy state apart)
 
 from __future__ import annotations
 
-from cluster.autoscaling_config import AutoscalingConfig
+from core import AutoscalingConfig
 from deployments.decision import Decision, PoolView
 from deployments.goodput import Load, PoolCurve
 from deployments.split import POOLS, choose_split

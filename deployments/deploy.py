@@ -17,8 +17,8 @@ from ray import serve
 from ray.serve.context import _get_global_client
 from ray.serve.schema import ServeDeploySchema
 
-from cluster.autoscaling_config import serve_autoscaling_policy
-from cluster.config import SpecserveConfig
+from core import serve_autoscaling_policy
+from core import SpecserveConfig
 from deployments.app import build_app_from_config
 
 

@@ -1,7 +1,7 @@
 """The vanilla and speculative pools: Ray Serve LLM `LLMServer` deployments of one target model.
 
 Engine hosting is Ray Serve LLM's (`ray.serve.llm`); specserve adds only a stats push so the router
-sees every replica's batch pressure and spec-decode counters (deployments/stats.py).
+sees every replica's batch pressure and spec-decode counters (core/stats.py).
 """
 
 from __future__ import annotations
@@ -24,15 +24,15 @@ import vllm
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.v1.metrics.reader import get_metrics_snapshot
 
-from cluster.config import ConfigError, ModelConfig, PoolConfig, SpeculativePoolConfig, \
+from core import ConfigError, ModelConfig, PoolConfig, SpeculativePoolConfig, \
     resolve_path
 from deployments.autoscaler import BUSY_METRIC, MEMORY_BOUND_METRIC, WAITING_METRIC
 from deployments.cores import SHARE_CORES_ENV, CoreLease, NoFreeCores
 from deployments.engine_metrics import export_engine_metrics
-from deployments.logs import use_serve_log_handlers
+from core import use_serve_log_handlers
 from deployments.profile import PROFILE_PROMPT, profile_batches, profile_step_times
 from deployments.sampling_check import SamplingCheck, check_sampling
-from deployments.stats import PUSH_PERIOD_S, EngineStats, busy_window_samples, get_board
+from core import PUSH_PERIOD_S, EngineStats, busy_window_samples, get_board
 from deployments.utilization import make_source
 from router.cost import StepTimeModel
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from cluster.autoscaling_config import AutoscalingConfig
+from core import AutoscalingConfig
 from deployments.goodput import Forecast, Load, PoolCurve, forecast_all
 
 POOLS = ("vanilla", "speculative")

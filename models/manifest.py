@@ -22,7 +22,7 @@ MODELS_DIR_ENV = "SPECSERVE_MODELS_DIR"
 
 
 def default_models_dir() -> Path:
-    """`$SPECSERVE_MODELS_DIR`, else `~/.cache/specserve/models` (same rule as cluster.config)."""
+    """`$SPECSERVE_MODELS_DIR`, else `~/.cache/specserve/models` (same rule as core.paths)."""
     return Path(os.environ.get(MODELS_DIR_ENV, "~/.cache/specserve/models")).expanduser()
 
 

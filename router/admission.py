@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from cluster.config import Route
+from core import Route
 from router.policy import Decision, PoolLoad
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from cluster.config import TaskType
+from core import TaskType
 
 MAX_CHARS = 4000  # longer texts keep their first and last MAX_CHARS / 2 characters
 HEAD_CHARS = 320  # ask cues: the opening, where instructions sit ...

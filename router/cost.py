@@ -5,7 +5,7 @@ For the vanilla pool a step is T_t(B, 1); for the speculative pool it is γ·T_d
 replica start (`deployments.profile`: B requests decoding together, Δwall / Δengine iterations),
 then online samples while busy. The router's online samples are seconds per decode step as a
 request lives it: the mean of vLLM's inter-token latencies (one per output of a running request)
-at N requests in the engine (running + waiting), `deployments.stats.busy_window_samples`.
+at N requests in the engine (running + waiting), `core.stats.busy_window_samples`.
 Δwall / Δiterations at the running batch mispredicted a request's token rate on our 2-core CPU
 box by up to 5x at batch 64 (session-2 reference benchmark: waiting requests, prefill steps and
 the other pool on the same cores are invisible to it); the autoscaler's roofline

@@ -15,8 +15,8 @@ import dataclasses
 import logging
 from typing import Callable, Iterable, get_args
 
-from cluster.config import Route, SpecserveConfig, TaskType, read_config_value, resolve_path
-from deployments.stats import PUSH_PERIOD_S
+from core import Route, SpecserveConfig, TaskType, read_config_value, resolve_path
+from core import PUSH_PERIOD_S
 from router.estimator import RouteEstimator
 from router.features import load_tokenizer, max_prompt_tokens, prompt_tokens, request_features
 from router.policy import Decision, PoolLoad, RequestedRoute, RequestFeatures, choose_route

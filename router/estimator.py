@@ -12,8 +12,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from cluster.config import Route, TaskType
-from deployments.stats import PoolStats
+from core import Route, TaskType
+from core import PoolStats
 from router.acceptance import AcceptanceEstimator
 from router.cost import StepTimeModel
 from router.policy import PoolLoad
@@ -44,7 +44,7 @@ class RouteEstimator:
         """Folds new step-time samples and profiles from a StatsBoard snapshot (each sample once).
 
         A sample is seconds per decode step as a request lives it at a count of requests in the
-        replica's engine (`deployments.stats.busy_window_samples`), filed at that pool's own
+        replica's engine (`core.stats.busy_window_samples`), filed at that pool's own
         batch: each replica owns its accelerators (on CPU its cores, deployments/cores.py), so
         one pool's load does not slow the other's steps.
         """

@@ -25,7 +25,7 @@ from ray.exceptions import NodeDiedError, RayActorError, WorkerCrashedError
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError, \
     ReplicaUnavailableError
 
-from deployments.stats import STALE_AFTER_S, PoolStats
+from core import STALE_AFTER_S, PoolStats
 
 # What a DeploymentHandle raises when the replica serving a request died, was unreachable or
 # refused it (its queue full): the request never ran to an answer, so it may be retried.

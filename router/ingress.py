@@ -27,9 +27,9 @@ from ray.serve.llm.ingress import OpenAiIngress
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from vllm.entrypoints.generate.base.protocol import StreamOptions
 
-from cluster.config import Route, ServerConfig, SpecserveConfig, TaskType
-from deployments.logs import use_serve_log_handlers
-from deployments.stats import PUSH_PERIOD_S, get_board
+from core import Route, ServerConfig, SpecserveConfig, TaskType
+from core import use_serve_log_handlers
+from core import PUSH_PERIOD_S, get_board
 from router.admission import admit, refusal
 from router.auth import ApiKeyGuard, ApiKeys
 from router.body_limit import BodyLimit

@@ -24,8 +24,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, disable_cre
     generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from cluster.config import Route
-from deployments.stats import PoolStats
+from core import Route
+from core import PoolStats
 from router.estimator import RouteEstimator
 from router.speedup import expected_tokens
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Mapping
 
-from cluster.config import Route, RouterConfig, TaskType
+from core import Route, RouterConfig, TaskType
 
 RequestedRoute = Literal["auto", "speculative", "vanilla"]
 Reason = Literal[

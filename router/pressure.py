@@ -14,8 +14,8 @@ import dataclasses
 import logging
 from typing import Callable, Mapping
 
-from cluster.config import Route
-from deployments.stats import PUSH_PERIOD_S, PoolStats
+from core import Route
+from core import PUSH_PERIOD_S, PoolStats
 from router.policy import PoolLoad
 
 logger = logging.getLogger("specserve.router")

@@ -15,7 +15,7 @@ import time
 import httpx
 import pytest
 
-from cluster.config import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, SpecserveConfig, models_dir
+from core import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, SpecserveConfig, models_dir
 from deployments.cores import SHARE_CORES_ENV
 from tests.local_ray import start_own_ray
 

@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from cluster.config import RouterConfig
-from deployments.stats import STALE_AFTER_S, PoolStats
+from core import RouterConfig
+from core import STALE_AFTER_S, PoolStats
 from router.admission import admit, refusal
 from router.health import PoolHealth, PoolLost, await_unless_gone
 from router.policy import Decision, PoolLoad, RequestFeatures, choose_route

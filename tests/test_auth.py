@@ -9,7 +9,7 @@ import logging
 import pytest
 import yaml
 
-from cluster.config import ConfigError, SpecserveConfig
+from core import ConfigError, SpecserveConfig
 from cluster.kuberay import MANIFESTS_DIR, rayservice
 from router.auth import ApiKeys, access, route_path
 

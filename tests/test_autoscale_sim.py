@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bench.autoscale_sim import PROFILES, simulate
 from bench.trace import TraceParams, day_trace, diurnal
-from cluster.autoscaling_config import AutoscalingConfig, PoolScalingConfig
+from core import AutoscalingConfig, PoolScalingConfig
 
 
 def test_trace_is_seeded_and_day_shaped():

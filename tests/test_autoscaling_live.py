@@ -17,7 +17,7 @@ import time
 import httpx
 import pytest
 
-from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig
+from core import DEFAULT_CONFIG_PATH, SpecserveConfig
 from deployments.cores import node_cores
 from tests.local_ray import start_own_ray
 from tests.prometheus import LocalPrometheus, missing, panel_queries, wait_sane
@@ -128,7 +128,7 @@ def test_ramp_scales_up_and_drain_after_streams_scales_down(live):
     from ray import serve  # noqa: F401 (the cluster is the fixture's)
     import ray
 
-    from deployments.stats import get_board
+    from core import get_board
 
     base, cfg = live
     stop, done, errors = threading.Event(), [], []

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.autoscaling_config import AutoscalingConfig, PoolScalingConfig
-from cluster.config import DEFAULT_CONFIG_PATH, ConfigError, SpecserveConfig
+from core import AutoscalingConfig, PoolScalingConfig
+from core import DEFAULT_CONFIG_PATH, ConfigError, SpecserveConfig
 from deployments.autoscaler import MEMORY_BOUND_METRIC, WAITING_METRIC, PoolAutoscaler, pool_view
 from deployments.autoscaling import PoolView, decide
 

@@ -29,7 +29,7 @@ from batch_head import VENV_BIN, RayHead
 from small_fs import tmpfs
 
 from cluster.batch_rows import parse_row
-from cluster.config import MODELS_DIR_ENV, models_dir
+from core import MODELS_DIR_ENV, models_dir
 from deployments.cores import CORES_DIR_ENV, node_cores
 
 pytestmark = pytest.mark.serve

@@ -10,7 +10,7 @@ import pytest
 from cluster.batch_output import OutputFile, error_record, response_record
 from cluster.batch_resume import config_fingerprint, plan_resume
 from cluster.batch_rows import read_rows
-from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig
+from core import DEFAULT_CONFIG_PATH, SpecserveConfig
 
 MODEL = "specserve-tiny"
 CFG = "c0ffee"

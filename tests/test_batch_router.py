@@ -9,8 +9,8 @@ import pytest
 from ray.serve.llm.openai_api_models import CompletionRequest
 
 from cluster.batch_router import BatchRouter, marginal_step_s
-from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig
-from deployments.stats import PoolStats
+from core import DEFAULT_CONFIG_PATH, SpecserveConfig
+from core import PoolStats
 
 # Step seconds per running batch, shaped like DESIGN.md §3's 70 M-param CPU measurements: the
 # vanilla pool saturates near batch 64 (1139 → 1133 tok/s); a speculative step costs more and

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from bench.sim_profiles import GAINING_TASKS, GPU
-from cluster.autoscaling_config import AutoscalingConfig, PoolScalingConfig
+from core import AutoscalingConfig, PoolScalingConfig
 from deployments.autoscaling import PoolView, decide
 from deployments.goodput import Load, PoolCurve, forecast_all
 from deployments.split import choose_split

@@ -11,7 +11,7 @@ from typing import get_args
 import pytest
 
 from bench.classifier import load_prompts, score
-from cluster.config import TaskType
+from core import TaskType
 from router.classify import classify_text, task_scores
 
 TEST_ACCURACY_FLOOR = 0.93  # measured 0.968 (180 / 186) on the test split

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from cluster.config import (DEFAULT_CONFIG_PATH, ConfigError, SpecserveConfig, check_checkpoints,
+from core import (DEFAULT_CONFIG_PATH, ConfigError, SpecserveConfig, check_checkpoints,
                             check_speculator_matches_target)
 
 
@@ -112,7 +112,7 @@ def test_draft_with_same_vocab_passes(tmp_path):
 
 
 def test_draft_sample_method_passes_through_for_draft_methods_only():
-    from cluster.config import SpeculatorConfig
+    from core import SpeculatorConfig
 
     spec = SpeculatorConfig(method="draft_model", model="/m", draft_sample_method="probabilistic")
     assert spec.to_vllm()["draft_sample_method"] == "probabilistic"

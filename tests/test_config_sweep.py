@@ -9,7 +9,7 @@ and Serve's own start-time checks, run here without starting an engine:
 
 Two vLLM checks run only once the engine starts (DraftModelProposer's draft TP, Medusa's missing
 heads at weight loading): those rows say so. The list of what is checked where lives in
-cluster/config.py's module docstring.
+core/config.py's module docstring.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from ray.serve.config import AutoscalingConfig as ServeAutoscalingConfig
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.v1.spec_decode.dynamic.utils import validate_and_normalize_dynamic_sd_schedule
 
-from cluster.config import DEFAULT_CONFIG_PATH, ConfigError, SpecserveConfig, models_dir
+from core import DEFAULT_CONFIG_PATH, ConfigError, SpecserveConfig, models_dir
 from conftest import DRAFT_SPECULATOR
 from deployments.app import build_app_from_config, load_config
 from deployments.pools import llm_config

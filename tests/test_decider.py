@@ -3,7 +3,7 @@
 import pytest
 from ray.serve.llm.openai_api_models import CompletionRequest
 
-from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig
+from core import DEFAULT_CONFIG_PATH, SpecserveConfig
 from router.acceptance import AcceptanceEstimator
 from router.decider import RouteDecider
 from router.errors import RequestError
@@ -79,7 +79,7 @@ def test_counts_published_under_another_num_speculative_tokens_are_ignored():
 
 
 def test_speedup_curve_from_profiles(decider):
-    from deployments.stats import PoolStats
+    from core import PoolStats
 
     est = decider.estimator
     assert est.speedup_curve("code", 0.0) == []  # nothing profiled yet
@@ -107,7 +107,7 @@ def test_steps_without_drafts_count_as_accepting_nothing(decider):
 
 
 def test_separate_pools_predict_step_times_at_their_own_batch(decider):
-    from deployments.stats import PoolStats
+    from core import PoolStats
 
     est = decider.estimator
     est.update_pools({"vanilla": PoolStats(profile={1: 0.010, 64: 0.100}),
@@ -119,7 +119,7 @@ def test_separate_pools_predict_step_times_at_their_own_batch(decider):
 
 
 def test_every_step_sample_is_kept_at_the_pools_own_batch(decider):
-    from deployments.stats import EngineStats, PoolStats
+    from core import EngineStats, PoolStats
 
     est = decider.estimator
     busy = PoolStats(engine=EngineStats(num_requests_running=5, itl_count=130))
@@ -131,14 +131,14 @@ def test_every_step_sample_is_kept_at_the_pools_own_batch(decider):
 
 
 def _engine(running, waiting, iterations, outputs, itl_sum_s):
-    from deployments.stats import EngineStats
+    from core import EngineStats
 
     return EngineStats(num_requests_running=running, num_requests_waiting=waiting,
                        iterations=iterations, itl_count=outputs, itl_sum_s=itl_sum_s)
 
 
 def test_window_samples_time_a_request_step_by_inter_token_latency():
-    from deployments.stats import busy_window_samples
+    from core import busy_window_samples
 
     # Over 2 s, 4 running and 4 waiting throughout; 25 engine steps; 40 outputs of running
     # requests whose inter-token latencies sum to 4.0 s.
@@ -158,7 +158,7 @@ def test_window_samples_time_a_request_step_by_inter_token_latency():
                                       ((4, 0, 10, 40, 0.4), (0, 0, 20, 80, 0.8)),
                                       ((4, 0, 10, 40, 0.4), (4, 0, 10, 40, 0.4))])
 def test_window_samples_need_a_busy_window_with_progress(prev, now):
-    from deployments.stats import busy_window_samples
+    from core import busy_window_samples
 
     engine, request = busy_window_samples(_engine(*prev), _engine(*now), wall_s=1.0)
     assert engine is None and request is None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.config import SpeculatorConfig
+from core import SpeculatorConfig
 from router.draft_length import (best_draft_length, draft_length_at, draft_length_schedule,
                                  schedule_gain)
 from router.speedup import expected_tokens

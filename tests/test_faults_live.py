@@ -21,7 +21,7 @@ import time
 import httpx
 import pytest
 
-from cluster.config import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, SpecserveConfig
+from core import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, SpecserveConfig
 from tests.local_ray import start_own_ray, until
 
 pytestmark = [pytest.mark.serve, pytest.mark.own_ray]
@@ -161,7 +161,7 @@ def test_a_board_restart_neither_cancels_a_request_nor_loses_the_pin(client):
 
     import ray
 
-    from deployments.stats import get_board
+    from core import get_board
 
     assert until(lambda: _running("vanilla") == 1, WAKE_S)
     assert client.put("/admin/policy", json={"pin": "vanilla"}).status_code == 200

@@ -224,7 +224,7 @@ def test_trained_head_is_lossless_and_beats_untrained(lab, heads, held_out, vani
 
 @pytest.mark.parametrize("method", ["eagle3", "medusa"])
 def test_config_refuses_head_with_other_vocab(tmp_path, method):
-    from cluster.config import ConfigError, SpecserveConfig, check_speculator_matches_target
+    from core import ConfigError, SpecserveConfig, check_speculator_matches_target
     for name, vocab in (("t", 4096), ("h", 5000)):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text(json.dumps({"vocab_size": vocab}))

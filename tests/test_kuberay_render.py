@@ -13,8 +13,8 @@ from ray.serve.schema import ServeDeploySchema
 
 from cluster import cli
 from cluster.commented_yaml import dump, plain
-from cluster.config import SpecserveConfig
-from cluster.kube_config import RAY_VERSION
+from core import SpecserveConfig
+from core import RAY_VERSION
 from cluster.kuberay import MANIFESTS_DIR, app_args, rayjob, rayservice, render_all
 
 CONFIGS = sorted((MANIFESTS_DIR / "configs").glob("*.yaml"))

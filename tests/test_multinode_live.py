@@ -23,7 +23,7 @@ import httpx
 import psutil
 import pytest
 
-from cluster.config import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, SpecserveConfig
+from core import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, SpecserveConfig
 from deployments.cores import CORES_DIR_ENV, SHARE_CORES_ENV
 from tests.local_ray import until
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from cluster.config import RouterConfig
+from core import RouterConfig
 from router.policy import PoolLoad, RequestFeatures, Unroutable, choose_route
 
 IDLE = {"vanilla": PoolLoad(1, 0), "speculative": PoolLoad(1, 0)}

@@ -1,6 +1,6 @@
 """`llm_config`: a pool's placement (strategy, node labels) as Ray Serve LLM and Serve take it."""
 
-from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig
+from core import DEFAULT_CONFIG_PATH, SpecserveConfig
 from deployments.pools import llm_config
 
 

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig
+from core import DEFAULT_CONFIG_PATH, SpecserveConfig
 from conftest import TEST_PORT
 
 pytestmark = pytest.mark.serve

@@ -170,7 +170,7 @@ def test_metrics_show_acceptance_on_the_speculative_pool(client):
 def test_prompt_beyond_the_speculator_context(client, serve_config):
     from conftest import SPECULATOR_CONTEXT
     from router.features import load_tokenizer
-    from cluster.config import resolve_path
+    from core import resolve_path
 
     tokenizer = load_tokenizer(resolve_path(serve_config.model.path))
     line, prompt = "    total += values[i] * weights[i]\n", "def score(values, weights):\n"

@@ -3,7 +3,7 @@
 A pool replica's engine runs in child processes (`VLLM::EngineCore`, and `VLLM::Worker` under it,
 ~1.7 GB each on the tiny models); they were seen to outlive SIGTERM of `specserve serve`. Three
 layers stop them: the replica's `__del__` shuts its engine down (deployments/pools.py), Ray kills a
-dead worker's process group (cluster/config.py RAY_NODE_ENV), and the CLI reaps survivors
+dead worker's process group (core/config.py RAY_NODE_ENV), and the CLI reaps survivors
 (cluster/engine_reaper.py, which says so on stderr: a clean stop must not need it).
 
 Runs its own small application (vanilla pool only, no profile) in a subprocess on its own local
@@ -24,7 +24,7 @@ import psutil
 import pytest
 import yaml
 
-from cluster.config import DEFAULT_CONFIG_PATH
+from core import DEFAULT_CONFIG_PATH
 from cluster.engine_reaper import engine_processes
 
 pytestmark = pytest.mark.serve

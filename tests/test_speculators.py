@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from cluster.config import SpeculatorConfig, resolve_path
+from core import SpeculatorConfig, resolve_path
 
 pytestmark = pytest.mark.engine
 

@@ -1,4 +1,4 @@
-"""The StatsBoard (deployments/stats.py) as a plain object: the runtime pin is its application
+"""The StatsBoard (core/stats.py) as a plain object: the runtime pin is its application
 build's (a batch driver follows the newest build's), a restarted board says how young it is, a stopped replica leaves at once; and the
 decider puts a pin back on a board that restarted without it."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from cluster.config import DEFAULT_CONFIG_PATH, SpecserveConfig
-from deployments.stats import STALE_AFTER_S, EngineStats, StatsBoard
+from core import DEFAULT_CONFIG_PATH, SpecserveConfig
+from core import STALE_AFTER_S, EngineStats, StatsBoard
 from router.decider import RouteDecider
 
 Board = StatsBoard.__ray_actor_class__  # the actor's class, without Ray
@@ -23,7 +23,7 @@ def test_a_pin_holds_for_its_application_build_only():
 
 def test_a_batch_driver_takes_the_pin_of_the_newest_live_build(monkeypatch):
     now = [100.0]
-    monkeypatch.setattr("deployments.stats.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("core.board.time.monotonic", lambda: now[0])
     board = Board()
     board.set_pin("vanilla", "build-1")
     assert board.router_state("driver", None).pin is None  # no ingress has read the board yet

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import get_args
 
-from cluster.config import Route
+from core import Route
 from cluster.observability.promql import RATE, mean, quantiles, rate, ratio_by
 
 POOLS_RE = "|".join(sorted(get_args(Route)))

@@ -9,17 +9,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from core.types import Strict
 
 RAY_VERSION = "2.60.0"  # pinned in pyproject.toml; rayVersion and the image tag must match it
 MIN_RAY_TOKEN_AUTH = (2, 52)  # first Ray with token authentication (RAY_AUTH_MODE=token)
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
-
-class HeadConfig(_Strict):
+class HeadConfig(Strict):
     """The head pod: GCS, dashboard, Serve controller and proxy; no replicas (`num-cpus: "0"`)."""
 
     cpus: float = Field(2, gt=0, description="CPU request and limit of the head container.")
@@ -27,7 +26,7 @@ class HeadConfig(_Strict):
                               "container.")
 
 
-class WorkerGroupConfig(_Strict):
+class WorkerGroupConfig(Strict):
     """One worker group: the pods that host one pool's replicas."""
 
     gpus: int = Field(0, ge=0, description="GPUs per worker pod (nvidia.com/gpu); a multiple of "
@@ -46,7 +45,7 @@ class WorkerGroupConfig(_Strict):
         return self
 
 
-class WorkersConfig(_Strict):
+class WorkersConfig(Strict):
     """One worker group per pool, named after it."""
 
     vanilla: WorkerGroupConfig = Field(default_factory=WorkerGroupConfig,
@@ -55,7 +54,7 @@ class WorkersConfig(_Strict):
                                            description="Pods of the speculative pool.")
 
 
-class AutoscalerConfig(_Strict):
+class AutoscalerConfig(Strict):
     """KubeRay's in-tree Ray autoscaler (a sidecar of the head pod)."""
 
     enabled: bool = Field(True, description="Run the in-tree autoscaler; worker counts then move "
@@ -66,7 +65,7 @@ class AutoscalerConfig(_Strict):
         "Default", description="How fast the autoscaler adds pods for pending demand.")
 
 
-class BatchConfig(_Strict):
+class BatchConfig(Strict):
     """The RayJob for offline batch inference."""
 
     entrypoint: str = Field(
@@ -89,7 +88,7 @@ class BatchConfig(_Strict):
                                          "while the head's dashboard is not up yet.")
 
 
-class KubeConfig(_Strict):
+class KubeConfig(Strict):
     """How the config runs on Kubernetes with KubeRay (RayService + RayJob)."""
 
     name: str = Field("specserve", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=40,

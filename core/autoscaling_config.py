@@ -15,17 +15,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from core.types import Strict
 
 
 POLICY_FUNCTION = "deployments.autoscaler:PoolAutoscaler"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
-
-class PoolScalingConfig(_Strict):
+class PoolScalingConfig(Strict):
     """Replica bounds of one pool under autoscaling."""
 
     min_replicas: int = Field(1, ge=0, description="Fewest replicas the policy keeps (also the "
@@ -39,7 +38,7 @@ class PoolScalingConfig(_Strict):
         return self
 
 
-class AutoscalingConfig(_Strict):
+class AutoscalingConfig(Strict):
     """Application-level autoscaling of both pools (Ray Serve's `autoscaling_policy`).
 
     Enabled, each pool's replica count comes from here (its `num_replicas` is ignored) and the

@@ -1,0 +1,235 @@
+"""specserve's one configuration model.
+
+The same `SpecserveConfig` renders the Serve application (`deployments.app.build_app`), the
+`specserve serve` command and the KubeRay manifests (`cluster.kube.render`). It is strict: unknown keys are refused
+(`extra="forbid"`), closed sets are `Literal`s, and every error names its field, e.g.::
+
+    speculative.speculator.model: Field required for method 'draft_model'
+
+A config that validates must start: what vLLM 0.32 or Ray Serve 2.60 checks at start is checked
+here first (tests/test_config_sweep.py runs their checks on each boundary). Field: constraint
+(enforced by) -> where specserve refuses it:
+
+- model.max_model_len: <= the target's max_position_embeddings (ModelConfig) -> check_checkpoints
+- model.dtype: vLLM's dtypes (ModelConfig) -> Literal
+- <pool>.tensor_parallel_size: divides the target's attention heads
+  (ModelConfig.verify_with_parallel_config) -> check_checkpoints; 1 on CPU -> PoolConfig
+- <pool>.max_num_seqs: <= max_num_batched_tokens (SchedulerConfig) -> PoolConfig
+- <pool>.gpu_memory_utilization: in (0, 1] (CacheConfig) -> Field
+- <pool>.node_labels: Ray label syntax, no `ray.io/` key (`ray start --labels`) -> PoolConfig;
+  <pool>.placement_strategy: STRICT_PACK for tensor_parallel_size > 1 unless
+  tensor_parallel_across_nodes -> PoolConfig
+- <pool>.engine_kwargs: AsyncEngineArgs names, none the config sets (EngineArgs) ->
+  deployments/pools.py check_engine_kwargs, at app build
+- speculator.model: required but for ngram (SpeculativeConfig) -> SpeculatorConfig; same vocab
+  as the target (verify_equal_vocab_size_if_draft_model) -> check_speculator_matches_target
+- speculator.num_speculative_tokens: > 0 (SpeculativeConfig) -> Field; Medusa: <= its num_heads
+  (weight loading at engine start) -> check_checkpoints
+- speculator.prompt_lookup_min/max: min <= max (SpeculativeConfig) -> SpeculatorConfig
+- speculator.max_model_len: <= model.max_model_len and <= the speculator's max_position_embeddings
+  (SpeculativeConfig, the draft's ModelConfig) -> SpecserveConfig, check_checkpoints
+- speculator.draft_tensor_parallel_size: 1 or the target's TP (SpeculativeConfig), draft_model:
+  the target's (DraftModelProposer at engine start) -> SpeculativePoolConfig; unset for ngram
+- speculator.num_speculative_tokens_per_batch_size: ranges from 1, ordered, disjoint, k >= 0
+  (the scheduler at engine start) -> SpeculatorConfig
+- speculator.quantization: one of vLLM's QUANTIZATION_METHODS (SpeculativeConfig's Literal), not
+  for ngram -> SpeculatorConfig
+- autoscaling.<pool>.min/max_replicas: 0 <= min <= max, max >= 1 (Serve AutoscalingConfig) ->
+  PoolScalingConfig; target_ongoing_requests, metrics_interval_s, look_back_period_s > 0 and
+  look_back_period_s > metrics_interval_s (Serve; the last warns, will raise) -> AutoscalingConfig
+- server.port: 1..65535 (Serve HTTPOptions) -> Field
+- kubernetes.workers.<pool>: pods hold the pool at its largest (num_replicas, or
+  autoscaling.<pool>.max_replicas) -> cluster/kuberay.py check_fit
+
+Not checked: that a model folder exists on the node that serves (paths may be the cluster's),
+and that cpu_kvcache_space_gib / gpu_memory_utilization fit the node's memory.
+
+Example:
+    >>> cfg = SpecserveConfig.from_yaml("cluster/default.yaml")
+    >>> cfg.speculative.speculator.method
+    'ngram'
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+
+from core.autoscaling_config import AutoscalingConfig
+from core.kube_config import KubeConfig
+from core.pool_config import PoolConfig, SpeculativePoolConfig, check_node_labels
+from core.types import ConfigError, Route, Strict, TaskType
+
+# Environment of every Ray node specserve starts or renders: Ray 2.60 puts each worker in its own
+# process group and kills the group when the worker dies, so a replica that crashes or is killed
+# takes its vLLM engine processes (EngineCore, Worker) with it instead of orphaning them.
+RAY_NODE_ENV = {"RAY_process_group_cleanup_enabled": "1"}
+
+
+class ModelConfig(Strict):
+    """The target model both pools serve."""
+
+    path: str = Field("${models}/target", description="Hugging Face layout folder of the target "
+                      "(config.json, safetensors, tokenizer). `${models}` is the model lab's folder.")
+    served_model_name: str = Field("specserve-tiny", min_length=1,
+                                   description="Model id clients send as `model` and see in /v1/models.")
+    max_model_len: int = Field(1024, gt=0, description="Context length in tokens (prompt + output).")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Weights and activations dtype passed to vLLM.")
+
+
+class RouterConfig(Strict):
+    """Routing policy between the pools (see `router.policy.choose_route`)."""
+
+    pin: Literal["auto", "speculative", "vanilla"] = Field(
+        "auto", description="`auto` decides per request; otherwise every request takes that path "
+        "(a request's own `route` field still wins).")
+    speculative_tasks: list[TaskType] = Field(
+        ["code", "math", "extraction"], description="Before step times are measured: task types "
+        "sent to the speculative pool while it has headroom (they accept many draft tokens).")
+    max_speculative_in_flight: int = Field(
+        8, ge=1, description="Before step times are measured: requests in flight per speculative "
+        "replica above which new requests go vanilla (speculation stops paying at high batch).")
+    min_speedup: float = Field(
+        1.1, gt=0, description="Expected speedup S (see router/policy.py) at or above which a "
+        "request goes speculative once step times are measured.")
+    hysteresis: float = Field(
+        0.05, ge=0, description="A task type already routed speculative stays there until S "
+        "falls below min_speedup minus this.")
+    max_speculative_temperature: float = Field(
+        0.7, ge=0, description="Requests sampled hotter than this go vanilla (acceptance falls "
+        "with temperature).")
+
+
+class ServerConfig(Strict):
+    """The HTTP endpoint Serve's proxy listens on."""
+
+    host: str = Field("127.0.0.1", description="Bind address of the Serve HTTP proxy.")
+    port: int = Field(8000, ge=1, le=65535, description="Port of the OpenAI-compatible endpoint.")
+    max_body_bytes: int = Field(1 << 20, ge=1024, description="Larger request bodies get 413.")
+    node_labels: dict[str, str] = Field(
+        default_factory=dict, description="Ray node labels the router (ingress) replica's node "
+        "carries (its `label_selector`; KubeRay renders them on the head group, where Serve's "
+        "controller and HTTP proxy run). Empty: wherever Serve places it (it takes no CPU).")
+    api_keys_env: str | None = Field(
+        None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Name of an environment variable "
+        "holding the accepted API keys, comma-separated; when set, every endpoint but /health "
+        "needs `Authorization: Bearer <key>` (401 otherwise). The keys themselves never appear in "
+        "the config, the manifests or the logs (on Kubernetes: kubernetes.api_keys_secret).")
+    admin_api_keys_env: str | None = Field(
+        None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Name of an environment variable "
+        "holding the admin keys, comma-separated; when set, /admin/* (the runtime pin, the "
+        "speedup model) accepts only these keys (401 without one, 403 for an api_keys_env key), "
+        "so an inference key cannot re-route the cluster. Admin keys are accepted on every other "
+        "endpoint too. Unset: /admin/* takes the api_keys_env keys (open when that is unset). On "
+        "Kubernetes from kubernetes.api_keys_secret, key kubernetes.admin_api_keys_secret_key.")
+    max_in_flight_per_replica: int = Field(
+        256, ge=1, description="Admission bound: sequences in flight (running or queued) per live "
+        "replica of a pool, a request counting as many as it asks for (prompts x n). A full pool "
+        "sends the router's own choices to the other pool; when both are full (or a forced pool "
+        "is), the request gets 429 with Retry-After.")
+    max_sequences_per_request: int = Field(
+        64, ge=1, description="Most sequences one request may ask for: the prompts of a list "
+        "prompt times `n` (a chat: `n`). Above it: 400 naming `prompt`. At most "
+        "max_in_flight_per_replica (a larger request could never be admitted).")
+    retry_after_s: int = Field(1, ge=1, description="Retry-After of a 429 (both pools full) or "
+                               "503 (no pool alive) response, in seconds.")
+    max_n: int = Field(8, ge=1, description="Most choices (`n`) one request may ask for.")
+
+    @model_validator(mode="after")
+    def _check_limits(self) -> ServerConfig:
+        check_node_labels(self.node_labels)
+        if self.admin_api_keys_env is not None and self.admin_api_keys_env == self.api_keys_env:
+            raise ValueError("admin_api_keys_env: must differ from api_keys_env (the admin keys "
+                             "are a separate set)")
+        if self.max_sequences_per_request > self.max_in_flight_per_replica:
+            raise ValueError(f"max_sequences_per_request: {self.max_sequences_per_request} is "
+                             f"above max_in_flight_per_replica {self.max_in_flight_per_replica}; "
+                             "such a request could never be admitted")
+        return self
+
+
+class SpecserveConfig(Strict):
+    """Top level: one target model, two pools, the router and the endpoint."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig, description="The target model.")
+    vanilla: PoolConfig = Field(default_factory=PoolConfig, description="Target-only pool.")
+    speculative: SpeculativePoolConfig = Field(description="Target + speculator pool.")
+    router: RouterConfig = Field(default_factory=RouterConfig, description="Routing policy.")
+    server: ServerConfig = Field(default_factory=ServerConfig, description="HTTP endpoint.")
+    autoscaling: AutoscalingConfig = Field(default_factory=AutoscalingConfig, description="Both "
+                                           "pools sized by one policy under one accelerator "
+                                           "budget (core/autoscaling_config.py).")
+    kubernetes: KubeConfig = Field(default_factory=KubeConfig, description="RayService and RayJob "
+                                   "rendering (cluster/kuberay.py); unused by `specserve serve`.")
+
+    @model_validator(mode="after")
+    def _check_speculator_context(self) -> SpecserveConfig:
+        # vLLM 0.32 SpeculativeConfig._maybe_override_draft_max_model_len
+        spec_len, target_len = self.speculative.speculator.max_model_len, self.model.max_model_len
+        if spec_len is not None and spec_len > target_len:
+            raise ValueError(f"speculative.speculator.max_model_len: {spec_len} is above "
+                             f"model.max_model_len {target_len}")
+        return self
+
+    @model_validator(mode="after")
+    def _check_pools(self) -> SpecserveConfig:
+        if self.vanilla.num_replicas == 0 and self.speculative.num_replicas == 0:
+            raise ValueError("vanilla.num_replicas: at least one pool needs a replica")
+        scaling = self.autoscaling
+        if scaling.enabled:
+            floor = sum(scaling.pool(p).min_replicas * getattr(self, p).tensor_parallel_size
+                        for p in self.pools())
+            if floor > scaling.budget_accelerators:
+                raise ValueError(f"autoscaling: budget_accelerators {scaling.budget_accelerators} "
+                                 f"is below the pools' min_replicas x tensor_parallel_size ({floor})")
+        return self
+
+    def pools(self) -> list[Route]:
+        """The pools this config serves (those with `num_replicas` > 0)."""
+        return [p for p in ("vanilla", "speculative") if getattr(self, p).num_replicas > 0]
+
+    def initial_replicas(self, pool: Route) -> int:
+        """Replicas `pool` starts with: its autoscaling `min_replicas` when autoscaling is on,
+        else its `num_replicas`."""
+        if self.autoscaling.enabled:
+            return self.autoscaling.pool(pool).min_replicas
+        return getattr(self, pool).num_replicas
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> SpecserveConfig:
+        """Loads and validates a YAML file.
+
+        Raises:
+            ConfigError: unreadable file, bad YAML, or a field that fails validation (named).
+        """
+        try:
+            data = yaml.safe_load(Path(path).read_text())
+        except (OSError, yaml.YAMLError) as e:
+            raise ConfigError(f"{path}: {e}") from e
+        return cls.from_dict(data or {}, source=str(path))
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "<config>") -> SpecserveConfig:
+        """Validates a plain dict (e.g. Serve's `args`); raises ConfigError naming each field."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            raise ConfigError(format_validation_error(e, source)) from None
+
+
+def format_validation_error(err: ValidationError, source: str) -> str:
+    """One line per failing field: `source: a.b.c: message`."""
+    lines = []
+    for e in err.errors():
+        loc = [str(p) for p in e["loc"]]
+        msg = e["msg"].removeprefix("Value error, ")
+        field, sep, rest = msg.partition(": ")
+        if e["type"] == "value_error" and sep and all(  # model-level validator
+                part.isidentifier() for part in field.split(".")):
+            loc, msg = loc + [field], rest
+        lines.append(f"{source}: {'.'.join(loc) + ': ' if loc else ''}{msg}")
+    return "\n".join(lines)

@@ -1,0 +1,24 @@
+"""Where configs and models live, and how a model path expands (`${models}`, `~`, `$VAR`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# The shipped default config; a data file of the `cluster` package (package-data), read by path.
+DEFAULT_CONFIG_PATH = Path(__file__).resolve().parents[1] / "cluster" / "default.yaml"
+MODELS_DIR_ENV = "SPECSERVE_MODELS_DIR"
+
+
+def models_dir() -> Path:
+    """Folder the model lab writes to and `${models}` in paths expands to.
+
+    `$SPECSERVE_MODELS_DIR`, else `~/.cache/specserve/models` (outside the checkout so a fresh
+    clone reuses a built lab).
+    """
+    return Path(os.environ.get(MODELS_DIR_ENV, "~/.cache/specserve/models")).expanduser()
+
+
+def resolve_path(path: str) -> str:
+    """Expands `${models}`, `~` and environment variables in a model path; returns a string."""
+    return os.path.expandvars(os.path.expanduser(path.replace("${models}", str(models_dir()))))
