@@ -12,7 +12,7 @@ start of minutes. Scenario `cpu`: the earlier 70 M-parameter CPU profile, tp 1.
 
 Model (fluid, 1 s ticks): a pool's in-flight requests share its replicas evenly; at most
 `max_num_seqs` run per replica, the rest wait FIFO. One engine step takes T(B) at running batch
-B per replica (`router.cost.StepTimeModel`); a vanilla step emits one token per sequence, a
+B per replica (`core.step_time.StepTimeModel`); a vanilla step emits one token per sequence, a
 speculative step E[τ] of the request's task. The router sends a request of a task that gains
 down the speculative path when S = E[τ]·T_v(B_v+1) / T_s(B_s+1) ≥ 1.1 (router/policy.py), and
 everything to the only pool up when the other is at 0. A new replica serves after `startup_s`;
@@ -31,8 +31,7 @@ from bench.sim_policies import (DEMAND_WINDOW_S, dynamo_planner, queue_length_po
                                 specserve_targets)
 from bench.sim_profiles import CPU, GAINING_TASKS, SCENARIOS, Scenario
 from bench.trace import TraceParams, day_trace
-from core import AutoscalingConfig, PoolScalingConfig
-from router.cost import StepTimeModel
+from core import AutoscalingConfig, PoolScalingConfig, StepTimeModel
 
 POOLS = ("vanilla", "speculative")
 PROFILES = CPU.profiles

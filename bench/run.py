@@ -197,9 +197,9 @@ def measure_decision_latency(cfg: SpecserveConfig, n: int = 2000) -> dict:
     from router.policy import PoolLoad
 
     decider = RouteDecider(cfg, ["vanilla", "speculative"])
-    decider.estimator.update_pools({"vanilla": PoolStats(profile={1: 0.01, 64: 0.1}),
-                                    "speculative": PoolStats(profile={1: 0.02, 64: 0.4})})
-    loads = {"vanilla": PoolLoad(1, 3, 0.012), "speculative": PoolLoad(1, 2, 0.025)}
+    decider.speedup_model.update_pools({"vanilla": PoolStats(profile={1: 0.01, 64: 0.1}),
+                                        "speculative": PoolStats(profile={1: 0.02, 64: 0.4})})
+    loads = {"vanilla": PoolLoad(1, 3), "speculative": PoolLoad(1, 2)}
     bodies = [(ChatCompletionRequest if "messages" in j.body else CompletionRequest)(**j.body)
               for j in itertools.islice(jobs("mixed", cfg.model.served_model_name, 7), n)]
     times = []

@@ -5,7 +5,7 @@ pool, E[τ] per task type, and the scenario each belongs to.
 benchmark on A100 with vLLM (vanilla 569 / 1,069 / 3,252 tok/s at batch 4 / 8 / 32; EAGLE-3
 1,312 / 2,102 / 3,186 tok/s; mean acceptance length 4.7). Step time T_v(B) = B / tok/s;
 T_s(B) = B · 4.7 / tok/s (a speculative step yields 4.7 tokens per sequence at the benchmark's
-acceptance). Beyond batch 32 router/cost.py extends along the line through the last two points.
+acceptance). Beyond batch 32 core/step_time.py extends along the line through the last two points.
 The per-task split of E[τ] is ours (not in the source), chosen so that the work-hours mix of
 bench/trace.py averages ≈ 4.6 (code high, chat and creative low); 4.7 is the global figure a
 Dynamo-style planner uses. The model behind the numbers is the source's; we read them as one
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from router.speedup import expected_tokens
+from core import expected_tokens
 
 GAINING_TASKS = ("code", "math", "extraction")  # router.speculative_tasks in the default config
 

@@ -38,8 +38,7 @@ from cluster.batch_run import BatchRun, log
 from cluster.batch_submit import submit
 from cluster.batch_summary import BatchStats, summary_text
 from cluster.batch_writer import RowWriter
-from core import DEFAULT_CONFIG_PATH, SpecserveConfig, check_checkpoints
-from core import get_board
+from core import DEFAULT_CONFIG_PATH, SpecserveConfig, check_checkpoints, get_board
 
 CONFIG_JSON_ENV = "SPECSERVE_CONFIG_JSON"  # how the RayJob manifest passes the config
 ORDER_WINDOW_PER_SLOT = 4  # --ordered: rows taken and not yet written, per --max-in-flight slot

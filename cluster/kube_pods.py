@@ -8,8 +8,7 @@ pressure it did not cause), names its ports, mounts the models volume read-only 
 from __future__ import annotations
 
 from cluster.commented_yaml import Doc
-from core import MODELS_DIR_ENV, RAY_NODE_ENV
-from core import KubeConfig, WorkerGroupConfig
+from core import MODELS_DIR_ENV, RAY_NODE_ENV, KubeConfig, WorkerGroupConfig
 
 STAMP_ANNOTATION = "specserve.io/serve-config-hash"
 GPU_RESOURCE = "nvidia.com/gpu"

@@ -18,10 +18,9 @@ from pathlib import Path
 
 import yaml
 
-from core import serve_autoscaling_policy
+from core import (ConfigError, PoolConfig, SpecserveConfig, WorkerGroupConfig,
+                  serve_autoscaling_policy)
 from cluster.commented_yaml import Default, Doc, dump, plain
-from core import ConfigError, PoolConfig, SpecserveConfig
-from core import WorkerGroupConfig
 from cluster.kube_pods import head_spec, key_envs, worker_group
 
 SERVE_APP_NAME = "specserve"

@@ -1,5 +1,6 @@
 """The basement every layer imports: the config model, the closed sets it names, the stats types
-pool replicas report, and the board that shares them.
+pool replicas report, the board that shares them, and the spec-decode formulas (E[τ], S, the
+step-time model) that the router, the autoscaler, the batch driver and the benchmarks share.
 
 Imports run one way: core <- router <- deployments <- cluster (CLI, batch, kube); `core` imports
 none of them.
@@ -16,17 +17,21 @@ from core.kube_config import RAY_VERSION, KubeConfig, WorkerGroupConfig
 from core.logs import use_serve_log_handlers
 from core.paths import DEFAULT_CONFIG_PATH, MODELS_DIR_ENV, models_dir, resolve_path
 from core.pool_config import PoolConfig, SpeculativePoolConfig, SpeculatorConfig, check_node_labels
+from core.specdecode import (alphas_from_histogram, batched_speedup, expected_tokens,
+                             walltime_speedup)
 from core.stats import (PUSH_PERIOD_S, STALE_AFTER_S, BoardSnapshot, EngineStats, PoolStats,
                         RouterState, busy_window_samples)
-from core.types import ConfigError, Route, SpeculativeMethod, Strict, TaskType
+from core.step_time import StepTimeModel, bucket_of
+from core.types import ConfigError, RequestedRoute, Route, SpeculativeMethod, Strict, TaskType
 
 __all__ = [
     "AutoscalingConfig", "BoardSnapshot", "ConfigError", "DEFAULT_CONFIG_PATH", "EngineStats",
     "KubeConfig", "MODELS_DIR_ENV", "ModelConfig", "POLICY_FUNCTION", "PUSH_PERIOD_S",
-    "PoolConfig", "PoolScalingConfig", "PoolStats", "RAY_NODE_ENV", "RAY_VERSION", "Route", "RouterConfig",
+    "PoolConfig", "PoolScalingConfig", "PoolStats", "RAY_NODE_ENV", "RAY_VERSION", "RequestedRoute", "Route", "RouterConfig",
     "RouterState", "STALE_AFTER_S", "ServerConfig", "SpecserveConfig", "SpeculativeMethod",
-    "SpeculativePoolConfig", "SpeculatorConfig", "StatsBoard", "Strict", "TaskType",
-    "WorkerGroupConfig", "busy_window_samples", "check_checkpoints",
+    "SpeculativePoolConfig", "SpeculatorConfig", "StatsBoard", "StepTimeModel", "Strict", "TaskType",
+    "WorkerGroupConfig", "alphas_from_histogram", "batched_speedup", "bucket_of",
+    "busy_window_samples", "expected_tokens", "walltime_speedup", "check_checkpoints",
     "check_node_labels", "check_speculator_matches_target", "checkpoint_context",
     "format_validation_error", "get_board", "models_dir", "read_config_value", "resolve_path",
     "serve_autoscaling_policy", "use_serve_log_handlers",

@@ -61,7 +61,7 @@ from pydantic import Field, ValidationError, model_validator
 from core.autoscaling_config import AutoscalingConfig
 from core.kube_config import KubeConfig
 from core.pool_config import PoolConfig, SpeculativePoolConfig, check_node_labels
-from core.types import ConfigError, Route, Strict, TaskType
+from core.types import ConfigError, RequestedRoute, Route, Strict, TaskType
 
 # Environment of every Ray node specserve starts or renders: Ray 2.60 puts each worker in its own
 # process group and kills the group when the worker dies, so a replica that crashes or is killed
@@ -84,7 +84,7 @@ class ModelConfig(Strict):
 class RouterConfig(Strict):
     """Routing policy between the pools (see `router.policy.choose_route`)."""
 
-    pin: Literal["auto", "speculative", "vanilla"] = Field(
+    pin: RequestedRoute = Field(
         "auto", description="`auto` decides per request; otherwise every request takes that path "
         "(a request's own `route` field still wins).")
     speculative_tasks: list[TaskType] = Field(

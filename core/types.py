@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict
 
 SpeculativeMethod = Literal["draft_model", "ngram", "eagle3", "eagle", "medusa"]
 Route = Literal["speculative", "vanilla"]
+RequestedRoute = Literal["auto", "speculative", "vanilla"]  # a request's `route`, a pin
 TaskType = Literal["code", "math", "extraction", "chat", "creative"]
 
 

@@ -13,16 +13,11 @@ Example Serve config:
 
 from __future__ import annotations
 
-import uuid
-
-from ray import serve
-from ray.llm._internal.serve.core.configs.openai_api_models import ModelCard
 from ray.serve import Application
-from ray.serve.llm.ingress import make_fastapi_ingress
 
 from core import ConfigError, SpecserveConfig, check_checkpoints
 from deployments.pools import build_pool
-from router.ingress import ENDPOINTS, SpecserveIngress, build_fastapi_app
+from router.ingress import build_ingress
 
 
 def load_config(args: dict) -> SpecserveConfig:
@@ -53,12 +48,13 @@ def build_app(args: dict) -> Application:
 
 
 def build_app_from_config(cfg: SpecserveConfig, autoscale: bool = False) -> Application:
-    """Binds the pools with a replica or more and the ingress in front of them.
+    """Binds the pools with a replica or more and the ingress in front of them
+    (`router.ingress.build_ingress`).
 
     Each call is one build of the application, named by a fresh `generation` in the ingress's
     arguments: Serve builds once per deploy (`serve run`, `serve deploy` of a changed config, a
     RayService update) and keeps the arguments across replica and controller restarts, so the
-    runtime pin (core/stats.py) lives exactly as long as the deployed application.
+    runtime pin (core/board.py) lives exactly as long as the deployed application.
 
     Args:
         autoscale: give each pool Serve autoscaling bounds from `cfg.autoscaling` (for
@@ -74,18 +70,7 @@ def build_app_from_config(cfg: SpecserveConfig, autoscale: bool = False) -> Appl
                               {"utilization_source": cfg.autoscaling.utilization_source,
                                "dcgm_exporter_url": cfg.autoscaling.dcgm_exporter_url})
              for name in cfg.pools()}
-    card = ModelCard(id=cfg.model.served_model_name, object="model", owned_by="specserve",
-                     permission=[], metadata={"max_model_len": cfg.model.max_model_len,
-                                              "pools": sorted(pools)})
-    ingress_cls = make_fastapi_ingress(SpecserveIngress, endpoint_map=ENDPOINTS,
-                                       app=build_fastapi_app(cfg.server))
-    actor = {"num_cpus": 0}
-    if cfg.server.node_labels:  # e.g. the head's: a worker node's loss never takes the router
-        actor["label_selector"] = dict(cfg.server.node_labels)
-    ingress = serve.deployment(ingress_cls, name="router", num_replicas=1,
-                               ray_actor_options=actor, max_ongoing_requests=1024)
-    return ingress.bind(pools=pools, model_card=card, config=cfg.model_dump(mode="json"),
-                        generation=uuid.uuid4().hex)
+    return build_ingress(cfg, pools)
 
 
 def check_fits_node(cfg: SpecserveConfig) -> None:

@@ -27,9 +27,8 @@ import time
 import ray
 from ray.util.metrics import Counter, Gauge
 
-from core import AutoscalingConfig
+from core import AutoscalingConfig, get_board
 from deployments.autoscaling import Decision, PoolView, decide
-from core import get_board
 
 logger = logging.getLogger("ray.serve")
 

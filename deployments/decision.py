@@ -23,7 +23,7 @@ class PoolView:
         busy: fraction of the window's reports in which the pool's engines produced output, in
             [0, 1] (short requests that Serve's sampled in-flight count misses); None: unknown.
         step_times: the router's step-time model of one replica, ((batch, seconds per step as
-            a request lives it), ...) (router/cost.py `StepTimeModel.points`); (): unknown.
+            a request lives it), ...) (core/step_time.py `StepTimeModel.points`); (): unknown.
         max_num_seqs: the engine's running-batch cap (None: unbounded).
     """
 

@@ -17,8 +17,7 @@ from ray import serve
 from ray.serve.context import _get_global_client
 from ray.serve.schema import ServeDeploySchema
 
-from core import serve_autoscaling_policy
-from core import SpecserveConfig
+from core import SpecserveConfig, serve_autoscaling_policy
 from deployments.app import build_app_from_config
 
 

@@ -1,7 +1,7 @@
 """Predicted goodput of splits of the budget: `forecast_all(splits, loads, curves, slo_tpot_s, ...)`.
 
 The budget policy (deployments/split.py) compares splits (n_vanilla, n_speculative) with this
-fluid model, built from what the router uses: each pool's step-time model (router/cost.py
+fluid model, built from what the router uses: each pool's step-time model (core/step_time.py
 `StepTimeModel`: seconds per decode step as a request lives it with N requests in one replica's
 engine, queueing beyond max_num_seqs included) and E[τ] per request class (router/acceptance.py).
 
@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping
 
-from router.cost import StepTimeModel
+from core import StepTimeModel
 
 SHARES = 20  # grid steps of the speculative share f in [0, 1]
 UNSERVED_TPOT_S = 1000.0  # TPOT counted for tokens a pool cannot serve at all

@@ -24,17 +24,15 @@ import vllm
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.v1.metrics.reader import get_metrics_snapshot
 
-from core import ConfigError, ModelConfig, PoolConfig, SpeculativePoolConfig, \
-    resolve_path
+from core import (PUSH_PERIOD_S, ConfigError, EngineStats, ModelConfig, PoolConfig,
+                  SpeculativePoolConfig, StepTimeModel, busy_window_samples, get_board,
+                  resolve_path, use_serve_log_handlers)
 from deployments.autoscaler import BUSY_METRIC, MEMORY_BOUND_METRIC, WAITING_METRIC
 from deployments.cores import SHARE_CORES_ENV, CoreLease, NoFreeCores
 from deployments.engine_metrics import export_engine_metrics
-from core import use_serve_log_handlers
 from deployments.profile import PROFILE_PROMPT, profile_batches, profile_step_times
 from deployments.sampling_check import SamplingCheck, check_sampling
-from core import PUSH_PERIOD_S, EngineStats, busy_window_samples, get_board
 from deployments.utilization import make_source
-from router.cost import StepTimeModel
 
 logger = logging.getLogger("specserve.pools")
 

@@ -31,7 +31,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
-from router.cost import StepTimeModel
+from core import StepTimeModel
 
 
 @dataclass(frozen=True, slots=True)

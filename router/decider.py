@@ -1,11 +1,14 @@
-"""The route decision with its online state, shared by the HTTP ingress and the batch driver.
+"""The route decision with its online state: the one object the HTTP ingress and the batch driver
+decide through.
 
-`RouteDecider` turns a request body plus each pool's load into a `Decision` (the pure
-`router.policy.choose_route` does the deciding) and keeps what the decision learns from: per-task
-hysteresis memory, acceptance estimates folded from speculative responses, and the runtime pin
-(`PUT /admin/policy`). Ingress replicas share the pin and their acceptance counts through the
-application's StatsBoard (`share_forever`), so one admin call or one replica's observations reach
-every replica within ~1 s.
+`RouteDecider` turns a request body into a `Decision`: its features (router/features.py), each
+pool's load (router/pool_view.py), the expected speedup S (router/speedup.py, priced by latency at
+the ingress and by throughput in a batch job), then the pure `router.policy.choose_route` and
+`admit`. It keeps what the decision learns from: per-task hysteresis memory, acceptance estimates
+folded from speculative responses, step times from the StatsBoard, and the runtime pin
+(`PUT /admin/policy`). Ingress replicas and batch drivers share the pin and their acceptance
+counts through the application's StatsBoard (`run`), so one admin call or one replica's
+observations reach every replica within ~1 s.
 """
 
 from __future__ import annotations
@@ -15,11 +18,12 @@ import dataclasses
 import logging
 from typing import Callable, Iterable, get_args
 
-from core import Route, SpecserveConfig, TaskType, read_config_value, resolve_path
-from core import PUSH_PERIOD_S
-from router.estimator import RouteEstimator
+from core import (PUSH_PERIOD_S, PoolStats, RequestedRoute, Route, SpecserveConfig, TaskType,
+                  read_config_value, resolve_path)
 from router.features import load_tokenizer, max_prompt_tokens, prompt_tokens, request_features
-from router.policy import Decision, PoolLoad, RequestedRoute, RequestFeatures, choose_route
+from router.policy import Decision, PoolLoad, RequestFeatures, admit, choose_route
+from router.pool_view import PoolHealth, PressureTracker
+from router.speedup import SPEEDUP_MODELS, PricingMode
 from router.validation import Limits, validate_request
 
 logger = logging.getLogger("specserve.router")
@@ -35,16 +39,27 @@ class RouteDecider:
         generation: the application build's id (deployments/app.py): the runtime pin on the
             StatsBoard holds within one build. None (a batch driver): it follows the pin of the
             application's newest build and never writes one.
+        board: the application's StatsBoard actor (None: local counts only, no step times).
+        replica_id: this ingress replica's (or batch driver's) id on the board.
+        pricing: how S prices the pools (router/speedup.py): "latency" for a request a user
+            waits for, "throughput" for a batch job's rows.
+        health: the pools' availability (the ingress's); None: every pool counts as available.
     """
 
     def __init__(self, cfg: SpecserveConfig, pools: Iterable[Route],
-                 generation: str | None = ""):
+                 generation: str | None = "", board=None, replica_id: str = "",
+                 pricing: PricingMode = "latency", health: PoolHealth | None = None):
         self.cfg = cfg
         self.pools = list(pools)
         self.generation = generation
+        self.board, self.replica_id = board, replica_id
         self._board_epoch: str | None = None  # at the last board read: another is a restart
-        self.estimator = RouteEstimator(cfg.speculative.speculator.num_speculative_tokens,
-                                        {p: getattr(cfg, p).max_num_seqs for p in self.pools})
+        self.speedup_model = SPEEDUP_MODELS[pricing](
+            cfg.speculative.speculator.num_speculative_tokens,
+            {p: getattr(cfg, p).max_num_seqs for p in self.pools})
+        self.pressure = PressureTracker(board, replica_id,
+                                        {p: cfg.initial_replicas(p) for p in self.pools})
+        self.health = health
         self.tokenizer = load_tokenizer(resolve_path(cfg.model.path))
         # Tokens of context the speculator drafts within (None: unbounded or no speculative pool).
         self.speculator_context = (cfg.speculative.speculator.context_len()
@@ -107,13 +122,23 @@ class RouteDecider:
         validate_request(body, prompt_len, self.limits)
         return prompt_len
 
-    def decide(self, body, loads: dict[Route, PoolLoad], prompt_len: int | None = None,
-               ) -> tuple[RequestFeatures, Decision]:
+    def loads(self) -> dict[Route, PoolLoad]:
+        """Each configured pool's live replicas, sequences in flight (every ingress replica and
+        batch driver) and availability."""
+        loads = self.pressure.loads()
+        if self.health is None:
+            return loads
+        return {pool: dataclasses.replace(load, available=self.health.available(pool),
+                                          asleep=self.health.asleep(pool))
+                for pool, load in loads.items()}
+
+    def decide(self, body, loads: dict[Route, PoolLoad] | None = None,
+               prompt_len: int | None = None) -> tuple[RequestFeatures, Decision]:
         """Features and route of one request (pops the body's `route` field).
 
         Args:
             body: an OpenAI CompletionRequest or ChatCompletionRequest (vLLM's pydantic models).
-            loads: each configured pool's load with the step time this request would see.
+            loads: each configured pool's load; None: `loads()`.
             prompt_len: the prompt's tokens if known (or an upper bound below the speculator's
                 context); None: counted here when it matters.
 
@@ -122,17 +147,25 @@ class RouteDecider:
             Unroutable: no pool the application runs may take the request (a forced pool
                 it does not run, or `min_p` / `logit_bias` forced onto the speculative pool).
         """
+        loads = self.loads() if loads is None else loads
         features = request_features(body, self.tokenizer, self.speculator_context, prompt_len)
-        features = dataclasses.replace(features, expected_tokens=self.estimator.expected_tokens(
-            features.task, features.temperature))
+        features = dataclasses.replace(features, expected_tokens=self.speedup_model
+                                       .expected_tokens(features.task, features.temperature))
         router_cfg = self.cfg.router
         if self.pin != router_cfg.pin:
             router_cfg = router_cfg.model_copy(update={"pin": self.pin})
         decision = choose_route(features, loads, router_cfg,
-                                self._last_auto_route.get(features.task))
+                                self._last_auto_route.get(features.task),
+                                self.speedup_model.speedup(features, loads))
         if decision.speedup is not None:
             self._last_auto_route[features.task] = decision.route
         return features, decision
+
+    def admit(self, decision: Decision, loads: dict[Route, PoolLoad], sequences: int = 1
+              ) -> Decision | None:
+        """`router.policy.admit` within `server.max_in_flight_per_replica`: the decision, maybe
+        moved to another pool with room; None when no pool it may take has room."""
+        return admit(decision, loads, self.cfg.server.max_in_flight_per_replica, sequences)
 
     def learn(self, features: RequestFeatures, payload: dict) -> None:
         """Folds a speculative response's `metrics.speculative_decoding.acceptance_histogram`
@@ -152,7 +185,28 @@ class RouteDecider:
         tokens = (payload.get("usage") or {}).get("completion_tokens")
         if tokens:
             histogram[0] += max(0, tokens - 1 - sum((j + 1) * h for j, h in enumerate(histogram)))
-        self.estimator.acceptance.observe(features.task, features.temperature, histogram)
+        self.speedup_model.acceptance.observe(features.task, features.temperature, histogram)
+
+    async def run(self, on_snapshot: Callable[[], None] | None = None,
+                  on_state: Callable[[], None] | None = None) -> None:
+        """Until cancelled: the pool view's exchange with the StatsBoard (`PressureTracker.run`,
+        folding each snapshot into step times and health) and `share_forever`; local counts
+        only without a board.
+
+        Args:
+            on_snapshot: called after each pool snapshot was folded in.
+            on_state: called after each router-state exchange (`share_forever`).
+        """
+        if self.board is None:
+            return
+        def observe(snapshot: dict[str, PoolStats]) -> None:
+            self.speedup_model.update_pools(snapshot)
+            if self.health is not None:
+                self.health.observe(snapshot, self.pressure.board_age_s)
+            if on_snapshot is not None:
+                on_snapshot()
+        await asyncio.gather(self.pressure.run(on_snapshot=observe),
+                             self.share_forever(self.board, self.replica_id, on_state))
 
     async def share_forever(self, board, replica_id: str,
                             on_state: Callable[[], None] | None = None) -> None:
@@ -168,7 +222,7 @@ class RouteDecider:
         while True:
             try:
                 board.report_acceptance.remote(replica_id,
-                                               self.estimator.acceptance.local_counts())
+                                               self.speedup_model.acceptance.local_counts())
                 version = self._pin_version
                 state = await board.router_state.remote(replica_id, self.generation)
                 restarted = self._board_epoch not in (None, state.board_epoch)
@@ -179,7 +233,7 @@ class RouteDecider:
                         board.set_pin.remote(self._runtime_pin, self.generation)  # it lost it
                     else:
                         self._runtime_pin = state.pin
-                self.estimator.acceptance.set_remote(state.acceptance)
+                self.speedup_model.acceptance.set_remote(state.acceptance)
                 if on_state is not None:
                     on_state()
             except Exception:  # the board restarts on failure; keep the last state meanwhile

@@ -24,10 +24,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, disable_cre
     generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from core import Route
-from core import PoolStats
-from router.estimator import RouteEstimator
-from router.speedup import expected_tokens
+from core import PoolStats, Route, expected_tokens
+from router.speedup import SpeedupModel
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 disable_created_metrics()  # no `_created` series next to each counter
@@ -39,11 +37,11 @@ class RouterMetrics:
     Args:
         pool_stats: returns the current per-pool view (PressureTracker's board snapshot merged
             with local in-flight counts); called at scrape time only.
-        estimator: the router's online estimates (acceptance per task, step times per pool).
+        speedup_model: the router's speedup model (acceptance per task, step times per pool).
     """
 
     def __init__(self, pool_stats: Callable[[], Mapping[str, PoolStats]],
-                 estimator: RouteEstimator):
+                 speedup_model: SpeedupModel):
         self.registry = CollectorRegistry()
         self.requests = Counter("specserve_requests", "Requests routed, by path, reason and task.",
                                 ["route", "reason", "task"], registry=self.registry)
@@ -60,7 +58,7 @@ class RouterMetrics:
         for route in get_args(Route):  # every series from the start: rate() sees the first one
             self.retries.labels(route)
         self.registry.register(_PoolCollector(pool_stats))
-        self.registry.register(_EstimateCollector(estimator))
+        self.registry.register(_EstimateCollector(speedup_model))
 
     def observe_decision(self, route: str, reason: str, task: str, speedup: float | None) -> None:
         self.requests.labels(route, reason, task).inc()
@@ -127,8 +125,8 @@ class _PoolCollector:
 class _EstimateCollector:
     """α per position and mean acceptance length per (task, temperature bucket); step times."""
 
-    def __init__(self, estimator: RouteEstimator):
-        self._estimator = estimator
+    def __init__(self, speedup_model: SpeedupModel):
+        self._model = speedup_model
 
     def describe(self):
         return []
@@ -139,7 +137,7 @@ class _EstimateCollector:
         length = GaugeMetricFamily("specserve_mean_acceptance_length", "Estimated E[τ], tokens per "
                                    "verification step (bonus included).",
                                    labels=["task", "temperature"])
-        for (task, bucket), alphas in self._estimator.acceptance.table().items():
+        for (task, bucket), alphas in self._model.acceptance.table().items():
             for i, a in enumerate(alphas, start=1):
                 alpha.add_metric([task, bucket, str(i)], a)
             length.add_metric([task, bucket], expected_tokens(alphas))
@@ -147,9 +145,9 @@ class _EstimateCollector:
         yield length
         step = GaugeMetricFamily("specserve_step_seconds", "Seconds per decode step as a request "
                                  "lives it, by requests in the engine (startup profile, then "
-                                 "online samples; router/cost.py).",
+                                 "online samples; core/step_time.py).",
                                  labels=["pool", "batch"])
-        for pool, model in self._estimator.step_times.items():
+        for pool, model in self._model.step_times.items():
             for batch, seconds in model.points().items():
                 step.add_metric([pool, str(batch)], seconds)
         yield step

@@ -1,21 +1,24 @@
-"""The per-request route decision, a pure function: `choose_route(request, pools, config)`.
+"""The per-request route decision and admission, pure functions:
+`choose_route(request, pools, config, previous, speedup)` and `admit(decision, pools, ...)`.
 
-With measured step times, the router compares what one more sequence gets on each path: on the
-speculative pool E[τ] tokens per step of T_s(B_s + 1) seconds, on the vanilla pool one token per
-T_v(B_v + 1) seconds, so the expected speedup of sending it speculative is
+Given the expected speedup S of the speculative path for this request (router/speedup.py: the
+ingress prices a request by its latency, a batch job by the throughput a row adds), the request
+goes speculative when S ≥ `min_speedup`, and stays there while S ≥ `min_speedup − hysteresis` (no
+flapping around the threshold). Before any step time is known (S is None) it falls back to rules:
+the task's type and the speculative pool's in-flight cap. Every decision carries its reason,
+returned in `x-specserve-reason` and counted in metrics.
 
-    S = E[τ] · T_v(B_v + 1) / T_s(B_s + 1)
-
-which is the batched form S(B) = E[τ]·T_t(B,1) / (γ·T_d(B) + T_t(B,γ+1)) (Leviathan et al. 2023)
-evaluated at the batch each pool would run. It goes speculative when S ≥ `min_speedup`, and stays
-there while S ≥ `min_speedup − hysteresis` (no flapping around the threshold). Before any step time
-is known it falls back to rules: the task's type and the speculative pool's in-flight cap.
-Every decision carries its reason, returned in `x-specserve-reason` and counted in metrics.
+Admission: each pool holds at most `max_in_flight_per_replica` sequences per live replica (running
+in its engine or queued before it), so queues and memory stay bounded under any load. A request
+counts as the sequences it starts (prompts × n, `router.validation.request_sequences`). A request
+whose pool is full moves to the other pool when the router chose the pool itself and the request
+may run there (reason `pool_saturated`); when no pool it may take has room, it gets 429 with
+`Retry-After` (503 when none of them is up) and never reaches a pool.
 
 A request that sets an option vLLM refuses under speculative decoding (`min_p`, `logit_bias`)
 may run on the vanilla pool only (`RequestFeatures.eligible_pools`): the decision carries that
-(`Decision.eligible`), and every later move (`pool_unavailable` here, `pool_saturated` in
-router/admission.py, a retry after a replica failure in router/ingress.py) keeps to it. So does
+(`Decision.eligible`), and every later move (`pool_unavailable`, `pool_saturated`, a retry after
+a replica failure in router/ingress.py) keeps to it. So does
 a sampled request (temperature > 0) while the speculative pool's sampling is not verified
 lossless (`PoolLoad.lossless_sampling`, deployments/sampling_check.py): specserve never serves a
 distribution other than the target's.
@@ -26,14 +29,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Mapping
 
-from core import Route, RouterConfig, TaskType
+from core import RequestedRoute, Route, RouterConfig, TaskType
 
-RequestedRoute = Literal["auto", "speculative", "vanilla"]
 Reason = Literal[
     "requested",              # the request's `route` field forced the path
-    "pool_unavailable",       # the chosen pool has no live replica (router/health.py)
+    "pool_unavailable",       # the chosen pool has no live replica (router/pool_view.py)
     "pool_scaled_to_zero",    # the pool it wanted is scaled to zero: woken; went elsewhere
-    "pool_saturated",         # the chosen pool is at its in-flight bound (router/admission.py)
+    "pool_saturated",         # the chosen pool is at its in-flight bound (`admit`)
     "pinned",                 # router.pin in the config forced the path
     "only_pool",              # the other pool is not configured
     "unsupported_option",     # min_p / logit_bias: vLLM refuses them under speculative decoding
@@ -58,8 +60,8 @@ class RequestFeatures:
         temperature: sampling temperature (0 = greedy).
         requested_route: the request's `route` extension field.
         unsupported_options: names of set options the speculative path refuses (e.g. "min_p").
-        expected_tokens: E[τ] on the speculative path for this task and temperature (None:
-            unknown).
+        expected_tokens: E[τ] on the speculative path for this task and temperature, as the
+            decision saw it (for its log line; None: not estimated).
         beyond_speculator_context: the prompt alone fills the speculator's context, so vLLM
             would not speculate for it.
     """
@@ -85,9 +87,7 @@ class PoolLoad:
     Attributes:
         replicas: live replicas.
         in_flight: sequences in flight to it (prompts × n per request) from every ingress replica.
-        step_s: predicted seconds per engine step at the per-replica batch it would run with this
-            request, (in_flight + 1) / replicas; None until profiled or sampled.
-        available: it can take a request now (router/health.py).
+        available: it can take a request now (router/pool_view.py `PoolHealth`).
         asleep: it is scaled to zero (so not available) and starts a replica on demand.
         lossless_sampling: every replica's engine passed its sampling check at start: it samples
             the target's distribution at temperature > 0 (deployments/sampling_check.py).
@@ -95,7 +95,6 @@ class PoolLoad:
 
     replicas: int
     in_flight: int
-    step_s: float | None = None
     available: bool = True
     asleep: bool = False
     lossless_sampling: bool = True
@@ -128,7 +127,7 @@ class Unroutable(ValueError):
 
 
 def choose_route(req: RequestFeatures, pools: Mapping[Route, PoolLoad], cfg: RouterConfig,
-                 previous: Route | None = None) -> Decision:
+                 previous: Route | None = None, speedup: float | None = None) -> Decision:
     """Picks the path for one request.
 
     Args:
@@ -136,12 +135,14 @@ def choose_route(req: RequestFeatures, pools: Mapping[Route, PoolLoad], cfg: Rou
         pools: load of each configured pool (a pool absent here is not configured).
         cfg: the router's settings.
         previous: the last automatic choice for this task type (for hysteresis).
+        speedup: S of the speculative path for this request (`SpeedupModel.speedup`); None:
+            not known yet (the rules decide).
 
     The pool the request would take is replaced, when it is not `available`, by another pool it
     may run on that is (reason `pool_unavailable`, or `pool_scaled_to_zero` when it is
     `asleep`), even for a request that asked for it: a dead pool would hold it. With no such
     pool the decision keeps the unavailable pool: the caller waits for it if it is asleep,
-    else refuses (router/admission.py `refusal`).
+    else refuses (`refusal`).
 
     Raises:
         Unroutable: the request forces a pool that is not configured (param `route`), forces
@@ -170,7 +171,7 @@ def choose_route(req: RequestFeatures, pools: Mapping[Route, PoolLoad], cfg: Rou
                              "(see its replicas' startup log and /health); send temperature 0, "
                              "or route auto / vanilla")
         eligible = ("vanilla",)
-    decision = _preferred_route(req, pools, cfg, previous, lossy)
+    decision = _preferred_route(req, pools, cfg, previous, lossy, speedup)
     decision = Decision(decision.route, decision.reason, decision.speedup, eligible)
     if pools[decision.route].available:
         return decision
@@ -182,7 +183,7 @@ def choose_route(req: RequestFeatures, pools: Mapping[Route, PoolLoad], cfg: Rou
 
 
 def _preferred_route(req: RequestFeatures, pools: Mapping[Route, PoolLoad], cfg: RouterConfig,
-                     previous: Route | None, lossy: bool) -> Decision:
+                     previous: Route | None, lossy: bool, speedup: float | None) -> Decision:
     """The route `choose_route` picks when every pool is available."""
     if req.requested_route != "auto":
         return Decision(req.requested_route, "requested")
@@ -198,15 +199,49 @@ def _preferred_route(req: RequestFeatures, pools: Mapping[Route, PoolLoad], cfg:
         return Decision("vanilla", "beyond_speculator_context")
     if req.temperature > cfg.max_speculative_temperature:
         return Decision("vanilla", "high_temperature")
-    spec, van = pools["speculative"], pools["vanilla"]
-    if req.expected_tokens is not None and spec.step_s and van.step_s:
-        speedup = req.expected_tokens * van.step_s / spec.step_s
+    if speedup is not None:
         threshold = cfg.min_speedup - (cfg.hysteresis if previous == "speculative" else 0.0)
         if speedup >= threshold:
             return Decision("speculative", "speculation_pays", speedup)
         return Decision("vanilla", "speculation_costs", speedup)
     if req.task not in cfg.speculative_tasks:
         return Decision("vanilla", "task_gains_little")
+    spec = pools["speculative"]
     if spec.in_flight >= cfg.max_speculative_in_flight * max(spec.replicas, 1):
         return Decision("vanilla", "batch_pressure")
     return Decision("speculative", "task_gains")
+
+
+def has_room(load: PoolLoad, max_in_flight_per_replica: int, sequences: int = 1) -> bool:
+    """The pool is available and takes `sequences` more within its bound:
+    max_in_flight_per_replica × live replicas (`load.in_flight` counts sequences)."""
+    bound = max_in_flight_per_replica * max(load.replicas, 1)
+    return load.available and load.in_flight + sequences <= bound
+
+
+def admit(decision: Decision, pools: Mapping[Route, PoolLoad], max_in_flight_per_replica: int,
+          sequences: int = 1) -> Decision | None:
+    """The decision to run a request of `sequences` sequences, possibly moved to another pool it
+    may run on; None when nothing it may take has room (see `refusal`)."""
+    if has_room(pools[decision.route], max_in_flight_per_replica, sequences):
+        return decision
+    if decision.reason == "requested":
+        return None
+    for pool, load in pools.items():
+        if (pool != decision.route and decision.may_run_on(pool)
+                and has_room(load, max_in_flight_per_replica, sequences)):
+            return Decision(pool, "pool_saturated", eligible=decision.eligible)
+    return None
+
+
+def refusal(decision: Decision, pools: Mapping[Route, PoolLoad]) -> tuple[int, str]:
+    """(HTTP status, message) for a request `admit` refused: 429 when a pool it may take is up
+    but full, 503 when none is up. A forced pool (reason `requested`) counts alone."""
+    candidates = [decision.route] if decision.reason == "requested" else [
+        p for p in pools if decision.may_run_on(p)]
+    one = len(candidates) == 1
+    names = "The " + " and the ".join(f"{p} pool" for p in candidates)
+    only = "" if decision.eligible is None else " (the only pool this request may run on)"
+    if any(pools[p].available for p in candidates):
+        return 429, f"{names} {'is' if one else 'are'} at the in-flight bound{only}; retry later"
+    return 503, f"{names} {'has' if one else 'have'} no live replica{only}; retry later"

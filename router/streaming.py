@@ -5,15 +5,21 @@ goes away (the send fails, or the request task is cancelled while it waits on `s
 `finally:` inside the generator runs late, or never when the body was not started. The ingress
 counts a stream in flight until it ends; seen on real pools: abandoned streams stayed counted for
 seconds to minutes. `RelayedStream` closes the body and calls `on_close` exactly once, whatever
-way the response ends. `relay_usage` decides, per stream, what the client sees of the usage chunk.
+way the response ends. `relay_usage` decides, per stream, what the client sees of the usage chunk;
+`guard_stream` ends a stream whose pool failed mid-way with an OpenAI error event.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import AsyncIterator, Callable
 
 from starlette.responses import StreamingResponse
+
+from router.errors import error_response
+
+logger = logging.getLogger("specserve.router")
 
 
 class RelayedStream(StreamingResponse):
@@ -85,3 +91,31 @@ async def relay_usage(packets: AsyncIterator[str], keep_usage: bool,
         packet = "\n\n".join(kept)
         if packet.strip():
             yield packet
+
+
+async def guard_stream(packets: AsyncIterator[str], route: str,
+                       on_failure: Callable[[str, Exception], None]) -> AsyncIterator[str]:
+    """SSE packets through; a pool failure after the stream began ends it with an OpenAI error
+    event and `[DONE]` (`sse_error`), never by hanging or a cut connection: the client has output,
+    so it cannot be retried. `on_failure(route, error)` is told first. Closing this generator
+    closes `packets`.
+    """
+    try:
+        async for packet in packets:
+            yield packet
+    except Exception as e:  # not BaseException: cancellation (client gone) propagates
+        on_failure(route, e)
+        logger.warning(json.dumps({"event": "stream_failure", "route": route,
+                                   "error": type(e).__name__}))
+        yield sse_error(503, f"The {route} pool failed mid-stream ({type(e).__name__}); "
+                        "the output so far is incomplete")
+    finally:
+        aclose = getattr(packets, "aclose", None)
+        if aclose is not None:  # cancels the pool's request if it still runs
+            await aclose()
+
+
+def sse_error(status: int, message: str) -> str:
+    """An OpenAI error event followed by the end of the stream."""
+    body = json.loads(error_response(status, message).body)
+    return f"data: {json.dumps(body)}\n\ndata: [DONE]\n\n"

@@ -7,11 +7,9 @@ import asyncio
 
 import pytest
 
-from core import RouterConfig
-from core import STALE_AFTER_S, PoolStats
-from router.admission import admit, refusal
-from router.health import PoolHealth, PoolLost, await_unless_gone
-from router.policy import Decision, PoolLoad, RequestFeatures, choose_route
+from core import STALE_AFTER_S, PoolStats, RouterConfig
+from router.pool_view import PoolHealth, PoolLost, await_unless_gone
+from router.policy import Decision, PoolLoad, RequestFeatures, admit, choose_route, refusal
 
 CAP = 4
 

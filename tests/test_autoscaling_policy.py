@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from core import AutoscalingConfig, PoolScalingConfig
-from core import DEFAULT_CONFIG_PATH, ConfigError, SpecserveConfig
+from core import (DEFAULT_CONFIG_PATH, AutoscalingConfig, ConfigError, PoolScalingConfig,
+                  SpecserveConfig)
 from deployments.autoscaler import MEMORY_BOUND_METRIC, WAITING_METRIC, PoolAutoscaler, pool_view
 from deployments.autoscaling import PoolView, decide
 
@@ -175,7 +175,7 @@ def test_a_pool_at_zero_starts_at_once_when_a_request_waits_and_goes_back_when_i
     asleep = PoolView(replicas=0, target=0, ongoing=0, waiting=None, memory_bound=None)
     d, state = decide({"speculative": asleep, "vanilla": view(1)}, cfg, {}, now=0.0)
     assert (d["speculative"].replicas, d["speculative"].reason) == (0, "steady")
-    # one request queued at its handle (router/ingress.py `_wake`): no upscale delay from zero
+    # one request queued at its handle (router/wake.py `PoolWaker.wake`): no upscale delay from zero
     woken = PoolView(replicas=0, target=0, ongoing=1, waiting=None, memory_bound=None)
     d, state = decide({"speculative": woken, "vanilla": view(1)}, cfg, state, now=1.0)
     assert (d["speculative"].replicas, d["speculative"].reason, d["speculative"].pending) == (

@@ -8,9 +8,9 @@ import math
 import pytest
 from ray.serve.llm.openai_api_models import CompletionRequest
 
-from cluster.batch_router import BatchRouter, marginal_step_s
-from core import DEFAULT_CONFIG_PATH, SpecserveConfig
-from core import PoolStats
+from cluster.batch_router import BatchRouter
+from router.speedup import marginal_step_s
+from core import DEFAULT_CONFIG_PATH, PoolStats, SpecserveConfig
 
 # Step seconds per running batch, shaped like DESIGN.md §3's 70 M-param CPU measurements: the
 # vanilla pool saturates near batch 64 (1139 → 1133 tok/s); a speculative step costs more and
@@ -53,12 +53,12 @@ def router(max_num_seqs: int = 128) -> BatchRouter:
     for pool in ("vanilla", "speculative"):
         data[pool]["max_num_seqs"] = max_num_seqs
     r = BatchRouter(SpecserveConfig.from_dict(data), ["speculative", "vanilla"], None, "test")
-    r.estimator.update_pools({"vanilla": PoolStats(replicas=1, profile=VANILLA),
+    r.speedup_model.update_pools({"vanilla": PoolStats(replicas=1, profile=VANILLA),
                               "speculative": PoolStats(replicas=1, profile=SPECULATIVE)})
     # measured acceptance: code accepts most drafts (α ≈ 0.85), chat few (α ≈ 0.2)
     # (histogram[j]: verification steps that accepted exactly j of the γ = 4 drafts)
-    r.estimator.acceptance.observe("code", 0.0, [100, 100, 100, 200, 1500])
-    r.estimator.acceptance.observe("chat", 0.0, [4000, 800, 150, 40, 10])
+    r.speedup_model.acceptance.observe("code", 0.0, [100, 100, 100, 200, 1500])
+    r.speedup_model.acceptance.observe("chat", 0.0, [4000, 800, 150, 40, 10])
     return r
 
 
@@ -106,8 +106,9 @@ def test_both_pools_saturated_falls_back_to_online_step_times():
         r.start(route)
     loads = r.loads()
     assert loads["vanilla"].in_flight == loads["speculative"].in_flight == 4
-    assert loads["vanilla"].step_s == pytest.approx(r.estimator.step_time("vanilla", 5))
-    assert loads["speculative"].step_s == pytest.approx(r.estimator.step_time("speculative", 5))
+    step_s = r.speedup_model.pool_step_s(loads)
+    assert step_s["vanilla"] == pytest.approx(r.speedup_model.step_time("vanilla", 5))
+    assert step_s["speculative"] == pytest.approx(r.speedup_model.step_time("speculative", 5))
 
 
 def test_finished_rows_free_their_pool():

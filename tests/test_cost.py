@@ -1,9 +1,9 @@
-"""The step-time model (router/cost.py) at high load: bounded by the engine's running batch,
+"""The step-time model (core/step_time.py) at high load: bounded by the engine's running batch,
 never extrapolated flat."""
 
 import pytest
 
-from router.cost import StepTimeModel
+from core import StepTimeModel
 
 
 def model(points, max_batch=None):

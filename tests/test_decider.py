@@ -3,13 +3,13 @@
 import pytest
 from ray.serve.llm.openai_api_models import CompletionRequest
 
-from core import DEFAULT_CONFIG_PATH, SpecserveConfig
+from core import DEFAULT_CONFIG_PATH, PoolStats, SpecserveConfig
 from router.acceptance import AcceptanceEstimator
 from router.decider import RouteDecider
 from router.errors import RequestError
 from router.policy import PoolLoad
 
-LOADS = {"vanilla": PoolLoad(1, 0, 0.010), "speculative": PoolLoad(1, 0, 0.020)}
+LOADS = {"vanilla": PoolLoad(1, 0), "speculative": PoolLoad(1, 0)}
 
 
 @pytest.fixture
@@ -17,11 +17,20 @@ def decider() -> RouteDecider:
     return RouteDecider(SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH), ["vanilla", "speculative"])
 
 
+@pytest.fixture
+def measured(decider) -> RouteDecider:
+    """A decider that knows both pools' step time at batch 1: vanilla 10 ms, speculative 20 ms."""
+    decider.speedup_model.update_pools({"vanilla": PoolStats(profile={1: 0.010}),
+                                        "speculative": PoolStats(profile={1: 0.020})})
+    return decider
+
+
 def code(**kw) -> CompletionRequest:
     return CompletionRequest(model="m", prompt="def f(x):\n    return", temperature=0, **kw)
 
 
-def test_runtime_pin_overrides_config_and_unpins(decider):
+def test_runtime_pin_overrides_config_and_unpins(measured):
+    decider = measured
     assert (decider.pin, decider.pin_source) == ("auto", "config")
     decider.set_pin("vanilla")
     _, d = decider.decide(code(), LOADS)
@@ -47,7 +56,8 @@ def test_pin_to_a_pool_the_application_lacks_is_refused():
         d.set_pin("speculative")
 
 
-def test_learned_acceptance_moves_the_speedup(decider):
+def test_learned_acceptance_moves_the_speedup(measured):
+    decider = measured
     _, before = decider.decide(code(), LOADS)
     decider.learn(decider.decide(code(), LOADS)[0], {"metrics": {"speculative_decoding": {
         "acceptance_histogram": [400, 0, 0, 0, 0]}}})  # nothing accepted in 400 steps
@@ -79,13 +89,11 @@ def test_counts_published_under_another_num_speculative_tokens_are_ignored():
 
 
 def test_speedup_curve_from_profiles(decider):
-    from core import PoolStats
-
-    est = decider.estimator
-    assert est.speedup_curve("code", 0.0) == []  # nothing profiled yet
+    est = decider.speedup_model
+    assert est.curve("code", 0.0) == []  # nothing profiled yet
     est.update_pools({"vanilla": PoolStats(profile={1: 0.010, 8: 0.020, 64: 0.100}),
                       "speculative": PoolStats(profile={1: 0.020, 8: 0.060, 64: 0.400})})
-    rows = est.speedup_curve("code", 0.0)
+    rows = est.curve("code", 0.0)
     e_tau = est.expected_tokens("code", 0.0)
     assert [r["batch"] for r in rows] == [1, 8, 64]
     assert [r["speedup"] for r in rows] == pytest.approx(
@@ -98,30 +106,27 @@ def test_steps_without_drafts_count_as_accepting_nothing(decider):
     features, _ = decider.decide(code(), LOADS)
     decider.learn(features, {"usage": {"completion_tokens": 20}, "metrics": {
         "speculative_decoding": {"acceptance_histogram": [0, 0, 0, 1, 1]}}})
-    est = decider.estimator.acceptance
+    est = decider.speedup_model.acceptance
     assert est.observed_steps("code", 0.0) == 12
     plain = RouteDecider(decider.cfg, decider.pools)
     plain.learn(features, {"metrics": {"speculative_decoding": {
         "acceptance_histogram": [0, 0, 0, 1, 1]}}})  # no usage: only the drafted steps
-    assert plain.estimator.acceptance.observed_steps("code", 0.0) == 2
+    assert plain.speedup_model.acceptance.observed_steps("code", 0.0) == 2
 
 
 def test_separate_pools_predict_step_times_at_their_own_batch(decider):
-    from core import PoolStats
-
-    est = decider.estimator
+    est = decider.speedup_model
     est.update_pools({"vanilla": PoolStats(profile={1: 0.010, 64: 0.100}),
                       "speculative": PoolStats(profile={1: 0.020, 64: 0.400})})
-    loads = est.with_step_times({"vanilla": PoolLoad(1, 0), "speculative": PoolLoad(1, 63)})
-    assert 1000 * loads["vanilla"].step_s == pytest.approx(10.0)       # its own batch 1
-    assert 1000 * loads["speculative"].step_s == pytest.approx(400.0)  # its own batch 64
-    assert loads["speculative"].in_flight == 63
+    step_s = est.pool_step_s({"vanilla": PoolLoad(1, 0), "speculative": PoolLoad(1, 63)})
+    assert 1000 * step_s["vanilla"] == pytest.approx(10.0)       # its own batch 1
+    assert 1000 * step_s["speculative"] == pytest.approx(400.0)  # its own batch 64
 
 
 def test_every_step_sample_is_kept_at_the_pools_own_batch(decider):
-    from core import EngineStats, PoolStats
+    from core import EngineStats
 
-    est = decider.estimator
+    est = decider.speedup_model
     busy = PoolStats(engine=EngineStats(num_requests_running=5, itl_count=130))
     est.update_pools({"vanilla": busy, "speculative": PoolStats(
         step_samples=[("r1", 1, 4.0, 0.050)])})
@@ -165,7 +170,7 @@ def test_window_samples_need_a_busy_window_with_progress(prev, now):
 
 
 def test_first_sample_of_a_bucket_replaces_its_profile_point():
-    from router.cost import StepTimeModel
+    from core import StepTimeModel
 
     model = StepTimeModel(weight=0.2)
     model.load_profile({1: 0.028, 4: 0.060})

@@ -1,14 +1,13 @@
-"""router.draft_length: vLLM's num_speculative_tokens_per_batch_size from acceptance and step
+"""core.draft_length: vLLM's num_speculative_tokens_per_batch_size from acceptance and step
 times (pure)."""
 
 from __future__ import annotations
 
 import pytest
 
-from core import SpeculatorConfig
-from router.draft_length import (best_draft_length, draft_length_at, draft_length_schedule,
+from core import SpeculatorConfig, expected_tokens
+from core.draft_length import (best_draft_length, draft_length_at, draft_length_schedule,
                                  schedule_gain)
-from router.speedup import expected_tokens
 
 ALPHAS = [0.9, 0.8, 0.7, 0.6]
 

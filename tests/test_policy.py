@@ -2,7 +2,7 @@
 
 import pytest
 
-from core import RouterConfig
+from core import RouterConfig, batched_speedup
 from router.policy import PoolLoad, RequestFeatures, Unroutable, choose_route
 
 IDLE = {"vanilla": PoolLoad(1, 0), "speculative": PoolLoad(1, 0)}
@@ -47,27 +47,28 @@ def test_forcing_a_pool_that_is_not_configured_is_an_error():
 
 
 def _measured(e_tau, spec_step, van_step):
-    return (RequestFeatures("chat", 0.0, expected_tokens=e_tau),
-            {"vanilla": PoolLoad(1, 0, van_step), "speculative": PoolLoad(1, 0, spec_step)})
+    """A request, idle pools, and S from measured step times (router/speedup.py's formula)."""
+    return (RequestFeatures("chat", 0.0, expected_tokens=e_tau), IDLE,
+            batched_speedup(e_tau, van_step, spec_step))
 
 
 def test_measured_speedup_decides_once_step_times_are_known():
-    req, pools = _measured(3.0, 0.013, 0.010)  # S = 3 * 10 / 13 = 2.3
-    d = choose_route(req, pools, CFG)
+    req, pools, s = _measured(3.0, 0.013, 0.010)  # S = 3 * 10 / 13 = 2.3
+    d = choose_route(req, pools, CFG, speedup=s)
     assert (d.route, d.reason) == ("speculative", "speculation_pays")
     assert d.speedup == pytest.approx(3.0 * 0.010 / 0.013)
-    req, pools = _measured(3.0, 0.050, 0.010)  # compute-bound verification: S = 0.6
-    d = choose_route(req, pools, CFG)
+    req, pools, s = _measured(3.0, 0.050, 0.010)  # compute-bound verification: S = 0.6
+    d = choose_route(req, pools, CFG, speedup=s)
     assert (d.route, d.reason) == ("vanilla", "speculation_costs")
     assert d.speedup == pytest.approx(0.6)
 
 
 def test_hysteresis_keeps_a_speculative_task_until_clearly_below_threshold():
-    req, pools = _measured(1.08, 0.010, 0.010)  # S = 1.08: between 1.05 and 1.10
-    assert choose_route(req, pools, CFG, previous="vanilla").route == "vanilla"
-    assert choose_route(req, pools, CFG, previous="speculative").route == "speculative"
-    req, pools = _measured(1.02, 0.010, 0.010)
-    assert choose_route(req, pools, CFG, previous="speculative").route == "vanilla"
+    req, pools, s = _measured(1.08, 0.010, 0.010)  # S = 1.08: between 1.05 and 1.10
+    assert choose_route(req, pools, CFG, previous="vanilla", speedup=s).route == "vanilla"
+    assert choose_route(req, pools, CFG, previous="speculative", speedup=s).route == "speculative"
+    req, pools, s = _measured(1.02, 0.010, 0.010)
+    assert choose_route(req, pools, CFG, previous="speculative", speedup=s).route == "vanilla"
 
 
 MIN_P = RequestFeatures("code", 0.0, unsupported_options=("min_p",))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from router.speedup import alphas_from_histogram, batched_speedup, expected_tokens, \
+from core import alphas_from_histogram, batched_speedup, expected_tokens, \
     walltime_speedup
 
 

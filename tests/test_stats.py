@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from core import DEFAULT_CONFIG_PATH, SpecserveConfig
-from core import STALE_AFTER_S, EngineStats, StatsBoard
+from core import DEFAULT_CONFIG_PATH, STALE_AFTER_S, EngineStats, SpecserveConfig, StatsBoard
 from router.decider import RouteDecider
 
 Board = StatsBoard.__ray_actor_class__  # the actor's class, without Ray

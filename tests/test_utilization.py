@@ -8,7 +8,7 @@ import pytest
 from deployments.utilization import (DcgmUtilization, EngineUtilization, make_source,
                                      memory_bound_fraction, parse_dcgm)
 from fakes.dcgm_exporter import FakeDcgmExporter, exporter_text
-from router.cost import StepTimeModel
+from core import StepTimeModel
 
 
 def model_of(step_s) -> StepTimeModel:

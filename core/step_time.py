@@ -7,7 +7,7 @@ then online samples while busy. The router's online samples are seconds per deco
 request lives it: the mean of vLLM's inter-token latencies (one per output of a running request)
 at N requests in the engine (running + waiting), `core.stats.busy_window_samples`.
 Δwall / Δiterations at the running batch mispredicted a request's token rate on our 2-core CPU
-box by up to 5x at batch 64 (session-2 reference benchmark: waiting requests, prefill steps and
+box by up to 5x at batch 64 (our reference benchmark: waiting requests, prefill steps and
 the other pool on the same cores are invisible to it); the autoscaler's roofline
 (deployments/utilization.py) keeps it.
 """
@@ -40,9 +40,9 @@ class StepTimeModel:
 
     def observe(self, batch: float, step_s: float) -> None:
         """Folds one measured step time (seconds) at running batch `batch` into its bucket; the
-        first sample of a bucket replaces its profile point rather than averaging with it (both
-        pools profile at once when they start on shared cores, so profile points can be ~1.5x
-        high: session-3 benchmark, speculative batch 1 profiled 28 ms against ~20 ms served)."""
+        first sample of a bucket replaces its profile point rather than averaging with it (a startup
+        profile runs on a cold engine: speculative batch 1 profiled 28 ms against ~20 ms served
+        in our reference benchmark)."""
         if step_s <= 0 or batch <= 0:
             return
         b = bucket_of(self._running(batch))

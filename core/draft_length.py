@@ -4,7 +4,7 @@ measured per-position acceptance and step times.
 At batch B a speculative step drafts γ tokens per sequence and verifies γ + 1; it takes T_s(B, γ)
 seconds (γ·T_d(B) + T_t(B, γ + 1); T_s(B, 0) = T_t(B, 1), a vanilla step) and emits E[τ(γ)]
 tokens per sequence, with E[τ(γ)] = 1 + Σ_{i≤γ} Π_{j≤i} α_j (Leviathan et al. 2023, eq. 1 in
-per-position form, `router.speedup.expected_tokens`). Each sequence's token rate is
+per-position form, `core.specdecode.expected_tokens`). Each sequence's token rate is
 E[τ(γ)] / T_s(B, γ), and the batch's is B times that, so at every B
 
     γ*(B) = argmax_{0 ≤ γ ≤ K} E[τ(γ)] / T_s(B, γ)        (ties: the smaller γ)
@@ -13,7 +13,7 @@ with K the engine's `num_speculative_tokens`: vLLM clamps every table entry to K
 (`vllm/v1/spec_decode/dynamic/utils.py`, `build_dynamic_sd_schedule_lookup`), and γ = 0 turns
 speculation off at that batch size.
 
-The α_j are the conditional per-position rates measured at K (`router.speedup`, vLLM's
+The α_j are the conditional per-position rates measured at K (`core.specdecode`, vLLM's
 `num_accepted_tokens_per_pos`); a chain drafter's position j does not depend on how many
 positions follow it, so E[τ(γ)] for γ < K is the truncated sum. T_s must be measured at each γ
 the table may choose (the verify pass grows with γ + 1 once compute-bound): pass only the γ
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from router.speedup import expected_tokens
+from core import expected_tokens
 
 Schedule = list[tuple[int, int, int]]  # vLLM's entries: (first batch, last batch, γ), inclusive
 

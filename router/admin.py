@@ -1,0 +1,66 @@
+"""The ingress's /admin/* endpoints: the runtime pin (`GET`/`PUT /admin/policy`) and the profiled
+speedup model (`GET /admin/speedup`). Only admin keys reach them when `server.admin_api_keys_env`
+is set (router/auth.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import get_args
+
+from fastapi import Request
+from starlette.responses import JSONResponse, Response
+
+from core import SpecserveConfig, TaskType
+from router.decider import RouteDecider
+from router.errors import error_response
+
+logger = logging.getLogger("specserve.router")
+
+
+class AdminEndpoints:
+    """Mixin of `router.ingress.SpecserveIngress`: its `_decider`, `_board` (the StatsBoard),
+    `_generation` (the application build) and `_cfg` serve these endpoints."""
+
+    _decider: RouteDecider
+    _cfg: SpecserveConfig
+    _generation: str
+
+    async def get_policy(self) -> dict:
+        """The pin in force and where it comes from (runtime or config)."""
+        return {"pin": self._decider.pin,
+                "source": self._decider.pin_source,
+                "config_pin": self._cfg.router.pin}
+
+    async def put_policy(self, request: Request) -> Response:
+        """Sets the runtime pin for every ingress replica: body `{"pin": "auto" | "speculative" |
+        "vanilla" | null}` (null returns to the config's `router.pin`). Reaches the other replicas
+        within ~1 s; lost when the application is redeployed or deleted. 400 on a bad body."""
+        try:
+            body = await request.json()
+        except ValueError:
+            return error_response(400, "body: not valid JSON", param="pin")
+        if not isinstance(body, dict) or set(body) != {"pin"}:
+            return error_response(400, 'body: expected exactly {"pin": ...}', param="pin")
+        try:
+            self._decider.set_pin(body["pin"])
+        except ValueError as e:
+            return error_response(400, str(e), param="pin")
+        await self._board.set_pin.remote(body["pin"], self._generation)
+        # again once the board has it: a board read issued before that ack, by this replica's
+        # share loop, must not put the old pin back
+        self._decider.set_pin(body["pin"])
+        logger.info(json.dumps({"event": "pin", "pin": body["pin"]}))
+        return JSONResponse(await self.get_policy())
+
+    async def get_speedup(self) -> dict:
+        """The profiled S(B) curve per task type at temperature 0 (see
+        `SpeedupModel.curve`), with the largest batch at which S still reaches
+        `router.min_speedup` ("pays_up_to_batch"; 0: nowhere)."""
+        out = {}
+        for task in get_args(TaskType):
+            rows = self._decider.speedup_model.curve(task, 0.0)
+            pays = [r["batch"] for r in rows if r["speedup"] >= self._cfg.router.min_speedup]
+            out[task] = {"pays_up_to_batch": max(pays, default=0), "curve": rows}
+        return {"min_speedup": self._cfg.router.min_speedup, "tasks": out}
