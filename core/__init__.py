@@ -6,6 +6,7 @@ Imports run one way: core <- router <- deployments <- cluster (CLI, batch, kube)
 none of them.
 """
 
+from core.acceptance import AcceptanceEstimator, temperature_bucket
 from core.autoscaling_config import (POLICY_FUNCTION, AutoscalingConfig, PoolScalingConfig,
                                      serve_autoscaling_policy)
 from core.board import StatsBoard, get_board
@@ -25,7 +26,7 @@ from core.step_time import StepTimeModel, bucket_of
 from core.types import ConfigError, RequestedRoute, Route, SpeculativeMethod, Strict, TaskType
 
 __all__ = [
-    "AutoscalingConfig", "BoardSnapshot", "ConfigError", "DEFAULT_CONFIG_PATH", "EngineStats",
+    "AcceptanceEstimator", "AutoscalingConfig", "BoardSnapshot", "ConfigError", "DEFAULT_CONFIG_PATH", "EngineStats",
     "KubeConfig", "MODELS_DIR_ENV", "ModelConfig", "POLICY_FUNCTION", "PUSH_PERIOD_S",
     "PoolConfig", "PoolScalingConfig", "PoolStats", "RAY_NODE_ENV", "RAY_VERSION", "RequestedRoute", "Route", "RouterConfig",
     "RouterState", "STALE_AFTER_S", "ServerConfig", "SpecserveConfig", "SpeculativeMethod",
@@ -34,5 +35,5 @@ __all__ = [
     "busy_window_samples", "expected_tokens", "walltime_speedup", "check_checkpoints",
     "check_node_labels", "check_speculator_matches_target", "checkpoint_context",
     "format_validation_error", "get_board", "models_dir", "read_config_value", "resolve_path",
-    "serve_autoscaling_policy", "use_serve_log_handlers",
+    "serve_autoscaling_policy", "temperature_bucket", "use_serve_log_handlers",
 ]

@@ -3,7 +3,7 @@
 The budget policy (deployments/split.py) compares splits (n_vanilla, n_speculative) with this
 fluid model, built from what the router uses: each pool's step-time model (core/step_time.py
 `StepTimeModel`: seconds per decode step as a request lives it with N requests in one replica's
-engine, queueing beyond max_num_seqs included) and E[τ] per request class (router/acceptance.py).
+engine, queueing beyond max_num_seqs included) and E[τ] per request class (core/acceptance.py).
 
 One replica serving d output tokens/s, each sequence-step yielding e tokens (1 on the vanilla
 pool; on the speculative pool the token-weighted harmonic mean of its classes' E[τ], total

@@ -2,7 +2,7 @@
 
 `SpeedupModel.speedup(features, loads) -> S | None` is what the route decision asks
 (router/decider.py). S = E[τ] · c_v / c_s (`core.specdecode.batched_speedup`), with E[τ] from the
-acceptance measured per task type and temperature (`router.acceptance.AcceptanceEstimator`) and
+acceptance measured per task type and temperature (`core.AcceptanceEstimator`) and
 c each pool's cost of one sequence-step, priced by the implementation:
 
 - `LatencySpeedup` (the HTTP ingress: a user waits for *this* request): c = T(B + 1), the step time
@@ -26,8 +26,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal, Mapping
 
-from core import PoolStats, Route, StepTimeModel, TaskType, batched_speedup, expected_tokens
-from router.acceptance import AcceptanceEstimator
+from core import (AcceptanceEstimator, PoolStats, Route, StepTimeModel, TaskType, batched_speedup,
+                  expected_tokens)
 from router.policy import PoolLoad, RequestFeatures
 
 PricingMode = Literal["latency", "throughput"]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from router.acceptance import AcceptanceEstimator, temperature_bucket
+from core import AcceptanceEstimator, temperature_bucket
 
 
 def test_cold_start_returns_the_task_prior():

@@ -3,8 +3,7 @@
 import pytest
 from ray.serve.llm.openai_api_models import CompletionRequest
 
-from core import DEFAULT_CONFIG_PATH, PoolStats, SpecserveConfig
-from router.acceptance import AcceptanceEstimator
+from core import DEFAULT_CONFIG_PATH, AcceptanceEstimator, PoolStats, SpecserveConfig
 from router.decider import RouteDecider
 from router.errors import RequestError
 from router.policy import PoolLoad

@@ -121,7 +121,7 @@ ROWS: tuple[Row, ...] = (
                                               "specserve_spec_decode_num_drafts_total"),
                      "{{pool}}: 1 + accepted / drafts (engine)"))),
         Panel("acceptance_length", "Mean acceptance length E[τ] per task and temperature",
-              "The router's online estimate (router/acceptance.py), tokens per verification "
+              "The router's online estimate (core/acceptance.py), tokens per verification "
               "step, bonus token included: what its speedup predictions use.", "none",
               (Query('specserve_mean_acceptance_length{task=~"$task"}',
                      "{{task}} · {{temperature}}"),), main=True),

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from core import TaskType
+from core.types import TaskType
 
 # Cold-start α per task at temperature 0: our assumption, ordered as the field reports
 # (code and math accept most, open chat and creative least); replaced by measurements within
