@@ -35,7 +35,6 @@ from core import AutoscalingConfig, PoolScalingConfig
 from router.cost import StepTimeModel
 
 POOLS = ("vanilla", "speculative")
-PROFILES = CPU.profiles
 MIN_SPEEDUP = 1.1
 TARGET_SAVING = 0.10
 

@@ -162,10 +162,6 @@ class PoolServer(LLMServer):
         """Nothing. The router calls it on a pool scaled to zero (router/ingress.py `_wake`):
         Serve holds the call until a replica runs and counts it as demand meanwhile."""
 
-    async def engine_stats(self) -> EngineStats:
-        """This replica's current engine stats (for tests and debugging)."""
-        return self.engine_stats_now()
-
     async def engine_processes(self) -> dict:
         """This replica's leased cores and its engine processes (for tests and operators):
         `{"cores": [core ids] or None on GPU, "pids": [pids of the replica's descendants]}`."""
