@@ -17,7 +17,7 @@ from core.logs import use_serve_log_handlers
 from core.paths import DEFAULT_CONFIG_PATH, MODELS_DIR_ENV, models_dir, resolve_path
 from core.pool_config import PoolConfig, SpeculativePoolConfig, SpeculatorConfig, check_node_labels
 from core.stats import (PUSH_PERIOD_S, STALE_AFTER_S, BoardSnapshot, EngineStats, PoolStats,
-                        RouterState, busy_window_samples)
+                        RouterState, busy_window_samples, per_position_acceptance)
 from core.types import ConfigError, Route, SpeculativeMethod, Strict, TaskType
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "SpeculativePoolConfig", "SpeculatorConfig", "StatsBoard", "Strict", "TaskType",
     "WorkerGroupConfig", "busy_window_samples", "check_checkpoints",
     "check_node_labels", "check_speculator_matches_target", "checkpoint_context",
-    "format_validation_error", "get_board", "models_dir", "read_config_value", "resolve_path",
+    "format_validation_error", "get_board", "models_dir", "per_position_acceptance",
+    "read_config_value", "resolve_path",
     "serve_autoscaling_policy", "use_serve_log_handlers",
 ]

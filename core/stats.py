@@ -28,7 +28,7 @@ class EngineStats:
     drafts, `num_draft_tokens` proposed, `num_accepted_tokens` accepted, `accepted_per_pos[i]`
     accepted at draft position i. Derived figures (../shared/DESIGN.md §2):
     acceptance rate = accepted / draft tokens; mean acceptance length = 1 + accepted / drafts;
-    per-position α_1 = pos[0] / drafts, α_j = pos[j-1] / pos[j-2].
+    per-position α_j: `per_position_acceptance(num_drafts, accepted_per_pos)`.
     """
 
     num_requests_running: int = 0
@@ -127,6 +127,22 @@ def busy_window_samples(prev: EngineStats, now: EngineStats, wall_s: float
                  + now.num_requests_running + now.num_requests_waiting) / 2
     request_step = (in_engine, (now.itl_sum_s - prev.itl_sum_s) / outputs) if outputs > 0 else None
     return engine_step, request_step
+
+
+def per_position_acceptance(num_drafts: int, accepted_per_pos: list[int]) -> list[float]:
+    """Conditional acceptance per draft position, α_1..α_k, from counts of draft steps.
+
+    α_1 = pos[0] / drafts, α_j = pos[j-1] / pos[j-2] (../shared/DESIGN.md §2): position j is
+    reached in the steps that accepted positions 1..j-1. `num_drafts` counts steps that carried
+    drafts and `accepted_per_pos[j-1]` those that accepted position j (vLLM's
+    `vllm:spec_decode_num_drafts` and `..._num_accepted_tokens_per_pos`). 0.0 where no step
+    reached position j.
+
+    >>> per_position_acceptance(10, [8, 4, 0, 0])
+    [0.8, 0.5, 0.0, 0.0]
+    """
+    reached = [num_drafts, *accepted_per_pos[:-1]]
+    return [n / d if d else 0.0 for n, d in zip(accepted_per_pos, reached)]
 
 
 def _add_lists(a: list[int], b: list[int]) -> list[int]:
