@@ -113,9 +113,9 @@ def busy_window_samples(prev: EngineStats, now: EngineStats, wall_s: float
       or decode step), at N = the mean count of requests in the engine (running + waiting).
       Steps spent on other requests' prefills and on the other pool's work on shared cores
       lengthen it; time the engine sits idle between requests, and each request's prefill, do
-      not (a window's Δwall / Δsteps counted both: on this 2-core box that made a speculative
-      step at batch 1 look about 3x slower than it is, because its requests end sooner and
-      leave more idle gaps, session-3 benchmark). E[τ] / request_step is a request's decode token rate.
+      not (a window's Δwall / Δsteps counts both: measured on 2 cores, it puts a speculative
+      step at batch 1 at about 3x its inter-token latency, because its requests end sooner and
+      leave more idle gaps). E[τ] / request_step is a request's decode token rate.
     """
     if not (prev.num_requests_running and now.num_requests_running) or wall_s <= 0:
         return None, None
