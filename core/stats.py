@@ -27,7 +27,8 @@ class EngineStats:
     Spec-decode counters follow vLLM (`vllm:spec_decode_*`): `num_drafts` target steps that carried
     drafts, `num_draft_tokens` proposed, `num_accepted_tokens` accepted, `accepted_per_pos[i]`
     accepted at draft position i. Derived figures (../shared/DESIGN.md §2):
-    acceptance rate = accepted / draft tokens; mean acceptance length = 1 + accepted / drafts;
+    acceptance rate = accepted / draft tokens (vLLM's "acceptance rate"; not α); mean acceptance
+    length = 1 + accepted / drafts (tokens per target step that carried drafts);
     per-position α_j: `per_position_acceptance(num_drafts, accepted_per_pos)`.
     """
 
@@ -86,16 +87,6 @@ class EngineStats:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.kv_cache_usage = max(self.kv_cache_usage, other.kv_cache_usage)
         self.accepted_per_pos = _add_lists(self.accepted_per_pos, other.accepted_per_pos)
-
-    @property
-    def acceptance_rate(self) -> float | None:
-        """accepted / proposed draft tokens (vLLM's "acceptance rate"; not α)."""
-        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else None
-
-    @property
-    def mean_acceptance_length(self) -> float | None:
-        """Tokens emitted per target step that carried drafts: 1 + accepted / drafts."""
-        return 1 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else None
 
 
 def busy_window_samples(prev: EngineStats, now: EngineStats, wall_s: float
