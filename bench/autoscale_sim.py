@@ -1,6 +1,6 @@
 """Replays a day of load (bench/trace.py) through the two pools under an autoscaling policy and a
 replica profile (bench/sim_profiles.py); prints accelerator-hours and SLO attainment per policy
-as a markdown table, and the issue-16 target as met or missed.
+as a markdown table, and the target (`_verdict`) as met or missed.
 
     python -m bench.autoscale_sim [--scenario gpu|cpu] [--hours 24] [--seed 8]
 
@@ -8,7 +8,7 @@ Policies (bench/sim_policies.py): `specserve` (deployments/autoscaling.py, the o
 here with observed arrivals: the budget split), Ray Serve's default queue-length policy, a
 Dynamo-style throughput planner, and static splits of the budget. Scenario `gpu` (default):
 16 TP=4 replicas (64 accelerators), step times from E2E Networks' EAGLE-3 A100 numbers, replica
-start of minutes. Scenario `cpu`: the earlier 70 M-parameter CPU profile, tp 1.
+start of minutes. Scenario `cpu`: the 70 M-parameter CPU profile of DESIGN.md §3, tp 1.
 
 Model (fluid, 1 s ticks): a pool's in-flight requests share its replicas evenly; at most
 `max_num_seqs` run per replica, the rest wait FIFO. One engine step takes T(B) at running batch
@@ -34,7 +34,6 @@ from bench.trace import TraceParams, day_trace
 from core import AutoscalingConfig, PoolScalingConfig, StepTimeModel
 
 POOLS = ("vanilla", "speculative")
-PROFILES = CPU.profiles
 MIN_SPEEDUP = 1.1
 TARGET_SAVING = 0.10
 
@@ -257,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _verdict(ours: dict, theirs: list[dict]) -> str:
-    """Issue 16's simulator target against one baseline (its runs, the default setting first):
+    """The simulator's target against one baseline (its runs, the default setting first):
     ≥ 10 % fewer accelerator-hours than its default at ≥ 99 % SLO attainment, or a higher
     attainment at the same hours (theirs interpolated between their settings' runs)."""
     h, slo = ours["accelerator_hours"], ours["slo"]

@@ -12,8 +12,8 @@ with the `route` field) records each pool's output tokens/s and TPOT. Each joint
 beside what the alone cells predict: the joint-batch model (each pool's share of its own alone
 rate at B_v + B_s streams: what one engine taking turns would give) and the fitted slowdown k,
 the factor by which running both pools at once divides the sum of their alone rates at B_v and
-B_s (1.0: no interference; measured 2.0-2.6 on 2 cores before replicas owned cores, when both
-engines bound to core 0). `--from FILE` re-prints the table of a saved run.
+B_s (1.0: no interference; measured 2.0-2.6 on 2 cores with both engines bound to core 0, i.e.
+vLLM's automatic binding without core leases). `--from FILE` re-prints the table of a saved run.
 """
 
 from __future__ import annotations

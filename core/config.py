@@ -20,7 +20,7 @@ here first (tests/test_config_sweep.py runs their checks on each boundary). Fiel
   <pool>.placement_strategy: STRICT_PACK for tensor_parallel_size > 1 unless
   tensor_parallel_across_nodes -> PoolConfig
 - <pool>.engine_kwargs: AsyncEngineArgs names, none the config sets (EngineArgs) ->
-  deployments/pools.py check_engine_kwargs, at app build
+  deployments/engine_args.py check_engine_kwargs, at app build
 - speculator.model: required but for ngram (SpeculativeConfig) -> SpeculatorConfig; same vocab
   as the target (verify_equal_vocab_size_if_draft_model) -> check_speculator_matches_target
 - speculator.num_speculative_tokens: > 0 (SpeculativeConfig) -> Field; Medusa: <= its num_heads

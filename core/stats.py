@@ -27,8 +27,9 @@ class EngineStats:
     Spec-decode counters follow vLLM (`vllm:spec_decode_*`): `num_drafts` target steps that carried
     drafts, `num_draft_tokens` proposed, `num_accepted_tokens` accepted, `accepted_per_pos[i]`
     accepted at draft position i. Derived figures (../shared/DESIGN.md §2):
-    acceptance rate = accepted / draft tokens; mean acceptance length = 1 + accepted / drafts;
-    per-position α_1 = pos[0] / drafts, α_j = pos[j-1] / pos[j-2].
+    acceptance rate = accepted / draft tokens (vLLM's "acceptance rate"; not α); mean acceptance
+    length = 1 + accepted / drafts (tokens per target step that carried drafts);
+    per-position α_j: `per_position_acceptance(num_drafts, accepted_per_pos)`.
     """
 
     num_requests_running: int = 0
@@ -87,16 +88,6 @@ class EngineStats:
         self.kv_cache_usage = max(self.kv_cache_usage, other.kv_cache_usage)
         self.accepted_per_pos = _add_lists(self.accepted_per_pos, other.accepted_per_pos)
 
-    @property
-    def acceptance_rate(self) -> float | None:
-        """accepted / proposed draft tokens (vLLM's "acceptance rate"; not α)."""
-        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else None
-
-    @property
-    def mean_acceptance_length(self) -> float | None:
-        """Tokens emitted per target step that carried drafts: 1 + accepted / drafts."""
-        return 1 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else None
-
 
 def busy_window_samples(prev: EngineStats, now: EngineStats, wall_s: float
                         ) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
@@ -113,9 +104,9 @@ def busy_window_samples(prev: EngineStats, now: EngineStats, wall_s: float
       or decode step), at N = the mean count of requests in the engine (running + waiting).
       Steps spent on other requests' prefills and on the other pool's work on shared cores
       lengthen it; time the engine sits idle between requests, and each request's prefill, do
-      not (a window's Δwall / Δsteps counted both: on this 2-core box that made a speculative
-      step at batch 1 look about 3x slower than it is, because its requests end sooner and
-      leave more idle gaps, session-3 benchmark). E[τ] / request_step is a request's decode token rate.
+      not (a window's Δwall / Δsteps counts both: measured on 2 cores, it puts a speculative
+      step at batch 1 at about 3x its inter-token latency, because its requests end sooner and
+      leave more idle gaps). E[τ] / request_step is a request's decode token rate.
     """
     if not (prev.num_requests_running and now.num_requests_running) or wall_s <= 0:
         return None, None
@@ -127,6 +118,22 @@ def busy_window_samples(prev: EngineStats, now: EngineStats, wall_s: float
                  + now.num_requests_running + now.num_requests_waiting) / 2
     request_step = (in_engine, (now.itl_sum_s - prev.itl_sum_s) / outputs) if outputs > 0 else None
     return engine_step, request_step
+
+
+def per_position_acceptance(num_drafts: int, accepted_per_pos: list[int]) -> list[float]:
+    """Conditional acceptance per draft position, α_1..α_k, from counts of draft steps.
+
+    α_1 = pos[0] / drafts, α_j = pos[j-1] / pos[j-2] (../shared/DESIGN.md §2): position j is
+    reached in the steps that accepted positions 1..j-1. `num_drafts` counts steps that carried
+    drafts and `accepted_per_pos[j-1]` those that accepted position j (vLLM's
+    `vllm:spec_decode_num_drafts` and `..._num_accepted_tokens_per_pos`). 0.0 where no step
+    reached position j.
+
+    >>> per_position_acceptance(10, [8, 4, 0, 0])
+    [0.8, 0.5, 0.0, 0.0]
+    """
+    reached = [num_drafts, *accepted_per_pos[:-1]]
+    return [n / d if d else 0.0 for n, d in zip(accepted_per_pos, reached)]
 
 
 def _add_lists(a: list[int], b: list[int]) -> list[int]:

@@ -9,7 +9,7 @@ has cores; the lease picks *which* cores.
 A lease is an exclusive `flock` on one file per core in a directory shared by every process on the
 node (`$SPECSERVE_CORES_DIR`, else `<tmp>/specserve-cores`). The kernel drops the lock when the
 holding process exits, however it exits (`kill -9` included), so a replacement replica finds the
-cores of a killed one free without any cleanup. Measured on this 2-core machine (2026-12-01, two
+cores of a killed one free without any cleanup. Measured on a 2-core machine (two
 engines at batch 4): both engines on vLLM's automatic binding shared core 0 and made 499 tok/s
 together; one core each made 863 (../shared/DESIGN.md §3).
 """

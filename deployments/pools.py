@@ -7,7 +7,6 @@ sees every replica's batch pressure and spec-decode counters (core/stats.py).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import os
 import sys
@@ -20,15 +19,14 @@ from ray import serve
 from ray.serve.llm import LLMConfig, build_llm_deployment
 from ray.serve.llm.deployment import LLMServer
 from ray.serve.llm.openai_api_models import CompletionRequest
-import vllm
-from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.v1.metrics.reader import get_metrics_snapshot
 
-from core import (PUSH_PERIOD_S, ConfigError, EngineStats, ModelConfig, PoolConfig,
-                  SpeculativePoolConfig, StepTimeModel, busy_window_samples, get_board,
-                  resolve_path, use_serve_log_handlers)
+from core import (PUSH_PERIOD_S, EngineStats, ModelConfig, PoolConfig, SpeculativePoolConfig,
+                  StepTimeModel, busy_window_samples, get_board, resolve_path,
+                  use_serve_log_handlers)
 from deployments.autoscaler import BUSY_METRIC, MEMORY_BOUND_METRIC, WAITING_METRIC
 from deployments.cores import SHARE_CORES_ENV, CoreLease, NoFreeCores
+from deployments.engine_args import check_engine_kwargs
 from deployments.engine_metrics import export_engine_metrics
 from deployments.profile import PROFILE_PROMPT, profile_batches, profile_step_times
 from deployments.sampling_check import SamplingCheck, check_sampling
@@ -160,10 +158,6 @@ class PoolServer(LLMServer):
         """Nothing. The router calls it on a pool scaled to zero (router/ingress.py `_wake`):
         Serve holds the call until a replica runs and counts it as demand meanwhile."""
 
-    async def engine_stats(self) -> EngineStats:
-        """This replica's current engine stats (for tests and debugging)."""
-        return self.engine_stats_now()
-
     async def engine_processes(self) -> dict:
         """This replica's leased cores and its engine processes (for tests and operators):
         `{"cores": [core ids] or None on GPU, "pids": [pids of the replica's descendants]}`."""
@@ -204,35 +198,6 @@ def shutdown_engine_processes(engine) -> None:
     if client is not None:
         logger.info("shutting down the vLLM engine (pid %d)", os.getpid())
         client.shutdown()
-
-
-# EngineArgs that the config's own fields set (llm_config): engine_kwargs must not override them,
-# or the router's limits (model.max_model_len, ...) would describe another engine.
-_OWN_ENGINE_ARGS = {"model": "model.path", "tensor_parallel_size": "tensor_parallel_size",
-                    "max_model_len": "model.max_model_len", "max_num_seqs": "max_num_seqs",
-                    "dtype": "model.dtype", "enforce_eager": "enforce_eager",
-                    "gpu_memory_utilization": "gpu_memory_utilization",
-                    "speculative_config": "speculator", "disable_log_stats": None}
-_ENGINE_ARGS = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
-
-
-def check_engine_kwargs(pool: PoolConfig) -> None:
-    """Refuses `engine_kwargs` that vLLM's `AsyncEngineArgs` does not take (a TypeError at
-    replica start otherwise) or that a config field already sets.
-
-    Raises:
-        ConfigError: naming `<pool>.engine_kwargs.<name>`.
-    """
-    name = "speculative" if isinstance(pool, SpeculativePoolConfig) else "vanilla"
-    for key in pool.engine_kwargs:
-        field = f"{name}.engine_kwargs.{key}"
-        if key in _OWN_ENGINE_ARGS:
-            own = _OWN_ENGINE_ARGS[key]
-            raise ConfigError(f"{field}: set by the config" + (
-                f" ({own if '.' in own else f'{name}.{own}'}); remove it here" if own else
-                " (engine metrics feed the router)"))
-        if key not in _ENGINE_ARGS:
-            raise ConfigError(f"{field}: not a vLLM {vllm.__version__} engine argument")
 
 
 def llm_config(model: ModelConfig, pool: PoolConfig, deployment_config: dict | None = None,

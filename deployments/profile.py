@@ -31,7 +31,7 @@ async def profile_step_times(run_one: Callable[[], Awaitable[None]],
     request: an engine's first requests pay one-off costs (vLLM's n-gram proposer is numba code;
     which first-use cost it was is not measured). Without it the default config's speculative
     pool measured 160 ms per step at batch 1 against 15 ms at batch 2, and the router sent the
-    README's code request vanilla at S = 0.18; with it, 9 ms and S = 5.2 (2026-12-01, 2 cores).
+    README's code request vanilla at S = 0.18; with it, 9 ms and S = 5.2 (measured on 2 cores).
 
     Args:
         run_one: runs one profiling request to completion on the engine.

@@ -24,6 +24,7 @@ from vllm import LLM, SamplingParams  # noqa: E402  (reads the environment above
 from vllm.distributed.parallel_state import (destroy_distributed_environment,  # noqa: E402
                                              destroy_model_parallel)
 
+from core.stats import per_position_acceptance  # noqa: E402
 from models.corpus import load_corpus  # noqa: E402
 from models.manifest import default_models_dir  # noqa: E402
 from models.spec_metrics import minus, read_counters  # noqa: E402
@@ -89,7 +90,6 @@ def main(argv: list[str] | None = None) -> int:
                                      {"method": "draft_model", "model": str(draft),
                                       "num_speculative_tokens": args.k})
     drafts, accepted = c.get("num_drafts", 0), c.get("num_accepted_tokens", 0)
-    per_pos = c.get("num_accepted_tokens_per_pos", [])
     result = {
         "prompts": len(prompts), "max_tokens": args.max_tokens, "k": args.k, "dtype": args.dtype,
         "identical_to_vanilla": spec == vanilla,
@@ -97,8 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         "counters": c,
         "acceptance_rate": accepted / c["num_draft_tokens"] if c.get("num_draft_tokens") else 0.0,
         "mean_acceptance_length": 1 + accepted / drafts if drafts else 1.0,
-        "alpha_by_pos": [n / (per_pos[j - 1] if j else drafts) if (per_pos[j - 1] if j else drafts) else 0.0
-                         for j, n in enumerate(per_pos)],
+        "alpha_by_pos": per_position_acceptance(drafts, c.get("num_accepted_tokens_per_pos", [])),
         "vanilla_tok_s": vanilla_tok_s, "speculative_tok_s": spec_tok_s,
     }
     print(json.dumps(result, indent=2))

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 import torch
 from transformers import LlamaForCausalLM
 
+from core.stats import per_position_acceptance
 from models.distill import continue_tokens
 
 
@@ -91,7 +92,6 @@ def greedy_agreement(draft: LlamaForCausalLM, target: LlamaForCausalLM, prompts:
         s, a, ap = replay_speculation(row, k)
         steps, accepted = steps + s, accepted + a
         at_pos = [x + y for x, y in zip(at_pos, ap)]
-    alpha_by_pos = tuple(at_pos[j] / (at_pos[j - 1] if j else steps) if (at_pos[j - 1] if j else steps)
-                         else 0.0 for j in range(k))
+    alpha_by_pos = tuple(per_position_acceptance(steps, at_pos))
     return Agreement(positions=match.numel(), alpha=match.float().mean().item(), k=k,
                      alpha_by_pos=alpha_by_pos, mean_acceptance_length=1 + accepted / steps)

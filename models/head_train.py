@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from transformers import LlamaForCausalLM
 
+from core.stats import per_position_acceptance
 from models.eagle3 import Eagle3Head
 from models.head_data import HeadData, target_logprobs
 from models.medusa import MedusaHeads
@@ -117,8 +118,7 @@ def chain_acceptance(logits: list[torch.Tensor], target: LlamaForCausalLM, data:
             for j in range(n):
                 accepted[j] += 1
             length += n + 1
-    alpha = [a / d if d else 0.0 for a, d in zip(accepted, [drafts, *accepted[:-1]])]
-    return {"alpha": [round(a, 4) for a in alpha],
+    return {"alpha": [round(a, 4) for a in per_position_acceptance(drafts, accepted)],
             "mean_acceptance_length": round(1 + sum(accepted) / drafts, 4) if drafts else 1.0,
             "drafts": drafts}
 

@@ -57,8 +57,8 @@ class BuildParams:
     # distill_prompt_formats[i % len]: a corpus window as is ("raw") or wrapped as one user turn of
     # the chat template ("chat", how the chat API serves). Co-prime lengths cover every pair. The
     # draft learns the target where it drafts for it: behind the same template, at the serving
-    # temperatures (greedy first). Before 2026-12-01: (0.0, 1.0) and ("raw",); the measured gain
-    # is in models/README.md.
+    # temperatures (greedy first). models/README.md measures the gain over (0.0, 1.0) and
+    # ("raw",).
     distill_temperatures: tuple[float, ...] = (0.0, 0.0, 1.0)
     distill_prompt_formats: tuple[str, ...] = ("raw", "chat")
     # Corpus split and sample (max_files=None: every file).

@@ -2,11 +2,13 @@
 
 From vLLM's `vllm:spec_decode_num_drafts`, `..._num_accepted_tokens` and
 `..._num_accepted_tokens_per_pos` (../shared/DESIGN.md §2):
-α_1 = pos[0] / drafts, α_j = pos[j-1] / pos[j-2] (conditional acceptance at position j);
+α_j by `core.stats.per_position_acceptance` (conditional acceptance at position j);
 mean acceptance length = 1 + accepted / drafts (tokens per target step, bonus token included).
 """
 
 from __future__ import annotations
+
+from core.stats import per_position_acceptance
 
 SPEC_PREFIX = "vllm:spec_decode_"
 
@@ -55,9 +57,8 @@ def add(a: dict, b: dict) -> dict:
 
 def alphas(counters: dict) -> list[float]:
     """Conditional acceptance per draft position α_1..α_k (0 where nothing reached it)."""
-    pos = counters.get("num_accepted_tokens_per_pos") or []
-    prev = [counters.get("num_drafts", 0), *pos[:-1]]
-    return [n / d if d else 0.0 for n, d in zip(pos, prev)]
+    return per_position_acceptance(counters.get("num_drafts", 0),
+                                   counters.get("num_accepted_tokens_per_pos") or [])
 
 
 def mean_acceptance_length(counters: dict) -> float:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from bench.autoscale_sim import PROFILES, simulate
+from bench.autoscale_sim import simulate
+from bench.sim_profiles import CPU
 from bench.trace import TraceParams, day_trace, diurnal
 from core import AutoscalingConfig, PoolScalingConfig
 
@@ -24,7 +25,7 @@ def test_policy_scales_with_the_day_and_stays_in_budget():
     cfg = AutoscalingConfig(enabled=True, budget_accelerators=6, vanilla=bounds,
                             speculative=bounds, target_ongoing_requests=32,
                             upscale_delay_s=30, downscale_delay_s=300)
-    kw = dict(startup_s=60, max_num_seqs=128, slo_tpot_s=0.05, profiles=PROFILES,
+    kw = dict(startup_s=60, max_num_seqs=128, slo_tpot_s=0.05, profiles=CPU.profiles,
               policy_interval_s=10.0)
     scaled = simulate("specserve", cfg, trace, {}, **kw)
     static_full = simulate("static", cfg, trace, {"vanilla": 3, "speculative": 3}, **kw)
