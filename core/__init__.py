@@ -18,16 +18,15 @@ from core.kube_config import RAY_VERSION, KubeConfig, WorkerGroupConfig
 from core.logs import use_serve_log_handlers
 from core.paths import DEFAULT_CONFIG_PATH, MODELS_DIR_ENV, models_dir, resolve_path
 from core.pool_config import PoolConfig, SpeculativePoolConfig, SpeculatorConfig, check_node_labels
-from core.specdecode import (alphas_from_histogram, batched_speedup, expected_tokens,
-                             walltime_speedup)
+from core.specdecode import batched_speedup, expected_tokens
 from core.stats import (PUSH_PERIOD_S, STALE_AFTER_S, BoardSnapshot, EngineStats, PoolStats,
                         RouterState, busy_window_samples, per_position_acceptance)
-from core.step_time import StepTimeModel, bucket_of
+from core.step_time import StepTimeModel
 from core.types import ConfigError, RequestedRoute, Route, SpeculativeMethod, Strict, TaskType
 
 __all__ = [
-    "AcceptanceEstimator", "alphas_from_histogram", "AutoscalingConfig", "batched_speedup",
-    "BoardSnapshot", "bucket_of", "busy_window_samples", "check_checkpoints", "check_node_labels",
+    "AcceptanceEstimator", "AutoscalingConfig", "batched_speedup",
+    "BoardSnapshot", "busy_window_samples", "check_checkpoints", "check_node_labels",
     "check_speculator_matches_target", "checkpoint_context", "ConfigError", "DEFAULT_CONFIG_PATH",
     "EngineStats", "expected_tokens", "format_validation_error", "get_board", "KubeConfig",
     "ModelConfig", "models_dir", "MODELS_DIR_ENV", "per_position_acceptance", "POLICY_FUNCTION",
@@ -35,6 +34,6 @@ __all__ = [
     "read_config_value", "RequestedRoute", "resolve_path", "Route", "RouterConfig", "RouterState",
     "serve_autoscaling_policy", "ServerConfig", "SpecserveConfig", "SpeculativeMethod",
     "SpeculativePoolConfig", "SpeculatorConfig", "STALE_AFTER_S", "StatsBoard", "StepTimeModel",
-    "Strict", "TaskType", "temperature_bucket", "use_serve_log_handlers", "walltime_speedup",
+    "Strict", "TaskType", "temperature_bucket", "use_serve_log_handlers",
     "WorkerGroupConfig",
 ]

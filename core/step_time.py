@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 
 
-def bucket_of(batch: float) -> int:
+def _bucket_of(batch: float) -> int:
     """Nearest power-of-two bucket exponent of a batch size (B ≤ 1 → 0)."""
     return max(0, round(math.log2(max(batch, 1.0))))
 
@@ -45,7 +45,7 @@ class StepTimeModel:
         in our reference benchmark)."""
         if step_s <= 0 or batch <= 0:
             return
-        b = bucket_of(self._running(batch))
+        b = _bucket_of(self._running(batch))
         old = self._mean_s.get(b)
         if old is None or b in self._profiled:
             self._profiled.discard(b)
@@ -56,7 +56,7 @@ class StepTimeModel:
     def load_profile(self, profile: dict[int, float]) -> None:
         """Seeds buckets from a startup profile {batch: step seconds} where no sample exists."""
         for batch, step_s in profile.items():
-            b = bucket_of(batch)
+            b = _bucket_of(batch)
             if b not in self._mean_s:
                 self._mean_s[b] = step_s
                 self._profiled.add(b)
