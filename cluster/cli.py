@@ -4,10 +4,10 @@
     specserve validate [--config FILE]   check a config (names the failing field), print it resolved
     specserve models build [...]         the model lab: target, draft, then EAGLE-3/Medusa heads
     specserve models heads|report [...]  heads only (models/heads.py); speculators report via vLLM
-    specserve render [...]               KubeRay manifests from a config (cluster/kube_cli.py)
+    specserve render [...]               KubeRay manifests from a config (cluster/kube/cli.py)
     specserve cluster VERB [...]         apply / status / scale / upgrade / submit-batch / delete
     specserve batch --input F --output F offline generation over an OpenAI Batch API file
-                                         (cluster/batch.py; also under `ray job submit`)
+                                         (cluster/batch/job.py; also under `ray job submit`)
     specserve observability png --prometheus URL --out DIR
                                          the dashboard's main panels as PNGs (cluster/observability)
 """
@@ -21,7 +21,7 @@ import signal
 import sys
 import time
 
-from cluster import kube_cli
+from cluster.kube import cli as kube_cli
 from cluster.engine_reaper import engine_processes, reap
 from core import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, ConfigError, SpecserveConfig, \
     check_checkpoints
@@ -39,13 +39,13 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def cmd_validate(args: argparse.Namespace) -> int:
+def _cmd_validate(args: argparse.Namespace) -> int:
     cfg = _load(args.config)
     print(json.dumps(cfg.model_dump(mode="json"), indent=2))
     return 0
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+def _cmd_serve(args: argparse.Namespace) -> int:
     cfg = _load(args.config)
     import ray
     from ray import serve
@@ -93,7 +93,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_models(args: argparse.Namespace, rest: list[str]) -> int:
+def _cmd_models(args: argparse.Namespace, rest: list[str]) -> int:
     """`build`: target + draft (models.build, flags passed through), then the speculator heads
     (models.heads, defaults); `heads`: the heads only, flags passed through; `report`: the
     speculators report through vLLM (models.speculators_report)."""
@@ -108,13 +108,13 @@ def cmd_models(args: argparse.Namespace, rest: list[str]) -> int:
     return build_main(rest) or heads_main([])
 
 
-def cmd_batch(args: argparse.Namespace, rest: list[str]) -> int:
+def _cmd_batch(args: argparse.Namespace, rest: list[str]) -> int:
     from cluster.batch import main as batch_main
 
     return batch_main(rest)
 
 
-def cmd_observability(args: argparse.Namespace, rest: list[str]) -> int:
+def _cmd_observability(args: argparse.Namespace, rest: list[str]) -> int:
     from cluster.observability.png import main as png_main
 
     return png_main(rest)
@@ -148,16 +148,16 @@ def main(argv: list[str] | None = None) -> int:
     args, rest = parser().parse_known_args(argv)
     try:
         if args.command == "models":
-            return cmd_models(args, rest)
+            return _cmd_models(args, rest)
         if args.command in ("render", "cluster"):
             return kube_cli.main([args.command, *rest])
         if args.command == "batch":
-            return cmd_batch(args, rest)
+            return _cmd_batch(args, rest)
         if args.command == "observability":
-            return cmd_observability(args, rest)
+            return _cmd_observability(args, rest)
         if rest:
             parser().error(f"unrecognized arguments: {' '.join(rest)}")
-        return {"serve": cmd_serve, "validate": cmd_validate}[args.command](args)
+        return {"serve": _cmd_serve, "validate": _cmd_validate}[args.command](args)
     except ConfigError as e:
         print(f"specserve: invalid config:\n{e}", file=sys.stderr)
         return 2

@@ -39,7 +39,7 @@ here first (tests/test_config_sweep.py runs their checks on each boundary). Fiel
   look_back_period_s > metrics_interval_s (Serve; the last warns, will raise) -> AutoscalingConfig
 - server.port: 1..65535 (Serve HTTPOptions) -> Field
 - kubernetes.workers.<pool>: pods hold the pool at its largest (num_replicas, or
-  autoscaling.<pool>.max_replicas) -> cluster/kuberay.py check_fit
+  autoscaling.<pool>.max_replicas) -> cluster/kube/render.py check_fit
 
 Not checked: that a model folder exists on the node that serves (paths may be the cluster's),
 and that cpu_kvcache_space_gib / gpu_memory_utilization fit the node's memory.
@@ -164,7 +164,7 @@ class SpecserveConfig(Strict):
                                            "pools sized by one policy under one accelerator "
                                            "budget (core/autoscaling_config.py).")
     kubernetes: KubeConfig = Field(default_factory=KubeConfig, description="RayService and RayJob "
-                                   "rendering (cluster/kuberay.py); unused by `specserve serve`.")
+                                   "rendering (cluster/kube/render.py); unused by `specserve serve`.")
 
     @model_validator(mode="after")
     def _check_speculator_context(self) -> SpecserveConfig:

@@ -14,9 +14,9 @@ from pathlib import Path
 from small_fs import tmpfs
 
 from cluster.batch import load_config
-from cluster.batch_output import OutputFile, response_record
-from cluster.batch_resume import config_fingerprint
-from cluster.batch_rows import read_rows
+from cluster.batch.output import OutputFile, response_record
+from cluster.batch.resume import config_fingerprint
+from cluster.batch.rows import read_rows
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = "specserve-tiny"

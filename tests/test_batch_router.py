@@ -1,4 +1,4 @@
-"""Batch routing in throughput mode (cluster/batch_router.py): the online policy fed with marginal
+"""Batch routing in throughput mode (cluster/batch/router.py): the online policy fed with marginal
 step times, under the batch pressure a job creates."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import pytest
 from ray.serve.llm.openai_api_models import CompletionRequest
 
-from cluster.batch_router import BatchRouter, marginal_step_s
+from cluster.batch.router import BatchRouter, marginal_step_s
 from core import DEFAULT_CONFIG_PATH, SpecserveConfig
 from core import PoolStats
 

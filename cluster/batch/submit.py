@@ -24,7 +24,7 @@ from ray.dashboard.modules.job.common import JobStatus
 from ray.exceptions import AuthenticationError
 from ray.job_submission import JobSubmissionClient
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 RETRY_PERIOD_S = 5.0
 
 

@@ -11,7 +11,7 @@
 `id` is `batch_req_<input line>`. A request the engine or router refused carries its HTTP status
 and error body in `response` (as the OpenAI Batch API does); a line that never ran carries
 `error`. `fingerprint` (an extension) says which input line and which config the line answers
-(cluster/batch_resume.py).
+(cluster/batch/resume.py).
 
 Nothing lost, nothing twice:
 - one writer: the driver holds an exclusive `flock` on the file while it runs, so a resubmitted job
@@ -40,7 +40,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cluster.batch_rows import LINE_KEYED_CODES, BatchRow, RowError
+from cluster.batch.rows import LINE_KEYED_CODES, BatchRow, RowError
 
 FSYNC_PERIOD_S = 0.8  # a written line is fsynced within this (+ SYNC_POLL_S, so within 1 s)
 SYNC_POLL_S = 0.1

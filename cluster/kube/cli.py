@@ -28,11 +28,11 @@ from kubernetes.client.rest import ApiException
 from kubernetes.config.config_exception import ConfigException
 from urllib3.exceptions import MaxRetryError
 
-from cluster.kube_status import format_rayservice
+from cluster.kube.status import format_rayservice
 from core import DEFAULT_CONFIG_PATH, ConfigError, SpecserveConfig
-from cluster.kube_client import Kube, api_error, connect
-from cluster.kube_rollout import run_batch, upgrade
-from cluster.kuberay import MANIFESTS_DIR, plain, rayjob, rayservice, render, render_all
+from cluster.kube.client import Kube, api_error, connect
+from cluster.kube.rollout import run_batch, upgrade
+from cluster.kube.render import MANIFESTS_DIR, plain, rayjob, rayservice, render, render_all
 
 EXIT_FAILED, EXIT_USAGE = 1, 2
 
@@ -47,7 +47,7 @@ def load_config(path: str, image: str | None = None) -> SpecserveConfig:
     return SpecserveConfig.from_dict(data, source=f"{path} with --image")
 
 
-def cmd_render(args: argparse.Namespace) -> int:
+def _cmd_render(args: argparse.Namespace) -> int:
     if not args.all:
         print(render(SpecserveConfig.from_yaml(args.config), args.config, args.kind), end="")
         return 0
@@ -70,7 +70,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     return EXIT_FAILED if drifted else 0
 
 
-def cmd_apply(args: argparse.Namespace, objs: list[dict], kube: Kube) -> int:
+def _cmd_apply(args: argparse.Namespace, objs: list[dict], kube: Kube) -> int:
     for obj in objs:
         before = kube.get(obj["kind"], obj["metadata"]["name"])
         after = kube.apply(obj, force=args.force_conflicts, dry_run=args.dry_run)
@@ -85,7 +85,7 @@ def cmd_apply(args: argparse.Namespace, objs: list[dict], kube: Kube) -> int:
     return 0
 
 
-def cmd_status(args: argparse.Namespace, kube: Kube) -> int:
+def _cmd_status(args: argparse.Namespace, kube: Kube) -> int:
     obj = kube.get("RayService", args.name)
     if obj is None:
         print(f"RayService {kube.namespace}/{args.name} not found", file=sys.stderr)
@@ -117,7 +117,7 @@ def _scale_error(current: dict, values: dict) -> str | None:
     return None
 
 
-def cmd_scale(args: argparse.Namespace, kube: Kube) -> int:
+def _cmd_scale(args: argparse.Namespace, kube: Kube) -> int:
     """Sets a worker group's counts on the RayService (durable) and on its live RayClusters
     (effective now: KubeRay does not copy replica counts from a RayService to its clusters)."""
     svc = kube.get("RayService", args.name)
@@ -154,7 +154,7 @@ def cmd_scale(args: argparse.Namespace, kube: Kube) -> int:
     return 0
 
 
-def cmd_submit_batch(args: argparse.Namespace, cfg: SpecserveConfig, kube: Kube) -> int:
+def _cmd_submit_batch(args: argparse.Namespace, cfg: SpecserveConfig, kube: Kube) -> int:
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
     name = args.job_name or f"{cfg.kubernetes.name}-batch-{stamp}"
     return run_batch(kube, plain(rayjob(cfg, name, args.input, args.output)),
@@ -162,7 +162,7 @@ def cmd_submit_batch(args: argparse.Namespace, cfg: SpecserveConfig, kube: Kube)
                      follow=not args.no_follow)
 
 
-def cmd_delete(args: argparse.Namespace, kube: Kube) -> int:
+def _cmd_delete(args: argparse.Namespace, kube: Kube) -> int:
     kind = {"rayservice": "RayService", "rayjob": "RayJob"}[args.kind]
     found = kube.delete(kind, args.name)
     print(f"{args.kind}.ray.io/{args.name} {'deleted' if found else 'not found'}")
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
         if args.command == "render":
-            return cmd_render(args)
+            return _cmd_render(args)
         objs, cfg = _prepare(args)
     except ConfigError as e:
         print(f"specserve: invalid config:\n{e}", file=sys.stderr)
@@ -263,13 +263,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         if args.verb == "apply":
-            return cmd_apply(args, objs, kube)
+            return _cmd_apply(args, objs, kube)
         if args.verb == "upgrade":
             return upgrade(kube, objs[0], timeout_s=args.timeout_s, on_timeout=args.on_timeout,
                            force=args.force_conflicts)
         if args.verb == "submit-batch":
-            return cmd_submit_batch(args, cfg, kube)
-        return {"status": cmd_status, "scale": cmd_scale, "delete": cmd_delete}[args.verb](
+            return _cmd_submit_batch(args, cfg, kube)
+        return {"status": _cmd_status, "scale": _cmd_scale, "delete": _cmd_delete}[args.verb](
             args, kube)
     except ApiException as e:
         message = api_error(e)
