@@ -14,7 +14,8 @@ from pathlib import Path
 from small_fs import tmpfs
 
 from cluster.batch import load_config
-from cluster.batch.output import OutputFile, response_record
+from cluster.batch.output import OutputFile
+from cluster.batch.records import response_record
 from cluster.batch.resume import config_fingerprint
 from cluster.batch.rows import read_rows
 

@@ -12,8 +12,8 @@ import time
 import pytest
 
 from cluster.batch import output as batch_output
-from cluster.batch.output import (OutputBusy, OutputFailed, OutputFile, error_record,
-                                  response_record, row_key)
+from cluster.batch.output import OutputBusy, OutputFailed, OutputFile
+from cluster.batch.records import error_record, response_record, row_key
 from cluster.batch.rows import RowError, parse_row
 
 MODEL = "specserve-tiny"

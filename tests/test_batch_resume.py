@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from cluster.batch.output import OutputFile, error_record, response_record
+from cluster.batch.output import OutputFile
+from cluster.batch.records import error_record, response_record
 from cluster.batch.resume import config_fingerprint, plan_resume
 from cluster.batch.rows import read_rows
 from core import DEFAULT_CONFIG_PATH, SpecserveConfig

@@ -39,7 +39,7 @@ class Endpoint(enum.Enum):
 ENDPOINTS = {"/v1/completions": Endpoint.COMPLETIONS, "/v1/chat/completions": Endpoint.CHAT}
 _REQUEST_MODELS = {Endpoint.COMPLETIONS: CompletionRequest, Endpoint.CHAT: ChatCompletionRequest}
 # Error codes of rows that are keyed by line number, not custom_id, in the output (see
-# cluster/batch/output.py): a malformed line has no usable custom_id, and a duplicate's custom_id
+# cluster/batch/records.py): a malformed line has no usable custom_id, and a duplicate's custom_id
 # belongs to its first occurrence.
 LINE_KEYED_CODES = frozenset({"invalid_json", "invalid_custom_id", "duplicate_custom_id"})
 

@@ -18,7 +18,8 @@ import json
 from ray.llm._internal.serve.core.configs.openai_api_models import ErrorResponse
 from ray.llm._internal.serve.core.ingress.utils import _sanitize_chat_completion_request
 
-from cluster.batch.output import OutputFailed, OutputFile, error_record, response_record
+from cluster.batch.output import OutputFailed, OutputFile
+from cluster.batch.records import error_record, response_record
 from cluster.batch.resume import ResumePlan
 from cluster.batch.router import BatchRouter
 from cluster.batch.rows import BatchRow, Endpoint, RowError
