@@ -23,16 +23,9 @@ import time
 
 from cluster.kube import cli as kube_cli
 from cluster.engine_reaper import engine_processes, reap
-from core import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, ConfigError, SpecserveConfig, \
-    check_checkpoints
+from core import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, ConfigError, load_config
 
 APP_NAME = "specserve"
-
-
-def _load(path: str) -> SpecserveConfig:
-    cfg = SpecserveConfig.from_yaml(path)
-    check_checkpoints(cfg)
-    return cfg
 
 
 def _interrupt(signum, frame) -> None:
@@ -40,13 +33,13 @@ def _interrupt(signum, frame) -> None:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    cfg = _load(args.config)
+    cfg = load_config(args.config)
     print(json.dumps(cfg.model_dump(mode="json"), indent=2))
     return 0
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    cfg = _load(args.config)
+    cfg = load_config(args.config)
     import ray
     from ray import serve
 

@@ -11,7 +11,7 @@ from core.board import StatsBoard, get_board
 from core.checkpoints import (check_checkpoints, check_speculator_matches_target,
                               checkpoint_context, read_config_value)
 from core.config import (RAY_NODE_ENV, ModelConfig, RouterConfig, ServerConfig,
-                         SpecserveConfig, format_validation_error)
+                         SpecserveConfig, format_validation_error, load_config)
 from core.kube_config import RAY_VERSION, KubeConfig, WorkerGroupConfig
 from core.logs import use_serve_log_handlers
 from core.paths import DEFAULT_CONFIG_PATH, MODELS_DIR_ENV, models_dir, resolve_path
@@ -28,6 +28,6 @@ __all__ = [
     "SpeculativePoolConfig", "SpeculatorConfig", "StatsBoard", "Strict", "TaskType",
     "WorkerGroupConfig", "busy_window_samples", "check_checkpoints",
     "check_node_labels", "check_speculator_matches_target", "checkpoint_context",
-    "format_validation_error", "get_board", "models_dir", "read_config_value", "resolve_path",
-    "serve_autoscaling_policy", "use_serve_log_handlers",
+    "format_validation_error", "get_board", "load_config", "models_dir", "read_config_value",
+    "resolve_path", "serve_autoscaling_policy", "use_serve_log_handlers",
 ]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from small_fs import tmpfs
 
-from cluster.batch import load_config
+from core import load_config
 from cluster.batch.output import OutputFile
 from cluster.batch.records import response_record
 from cluster.batch.resume import config_fingerprint

@@ -38,7 +38,7 @@ from cluster.batch.run import BatchRun, log
 from cluster.batch.submit import submit
 from cluster.batch.summary import BatchStats, summary_text
 from cluster.batch.writer import RowWriter
-from core import DEFAULT_CONFIG_PATH, SpecserveConfig, check_checkpoints
+from core import DEFAULT_CONFIG_PATH, load_config
 from core import get_board
 
 CONFIG_JSON_ENV = "SPECSERVE_CONFIG_JSON"  # how the RayJob manifest passes the config
@@ -85,17 +85,6 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def load_config(path: str | None) -> SpecserveConfig:
-    """--config, else $SPECSERVE_CONFIG_JSON (the RayJob's), else cluster/default.yaml."""
-    if path is None and os.environ.get(CONFIG_JSON_ENV):
-        cfg = SpecserveConfig.from_dict(json.loads(os.environ[CONFIG_JSON_ENV]),
-                                        source=f"${CONFIG_JSON_ENV}")
-    else:
-        cfg = SpecserveConfig.from_yaml(path or DEFAULT_CONFIG_PATH)
-    check_checkpoints(cfg)
-    return cfg
-
-
 def run(args: argparse.Namespace) -> int:
     """The driver.
 
@@ -105,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         nothing ran: a bad path, an output that cannot be written, or one holding answers to
         another input or config (cluster/batch/resume.py).
     """
-    cfg = load_config(args.config)
+    cfg = load_config(args.config, env_var=CONFIG_JSON_ENV)
     output = Path(args.output)
     if in_ray_job() and not output.is_absolute():
         log(f"--output {args.output}: a relative path under `ray job submit` lands in the job's "

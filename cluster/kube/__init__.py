@@ -9,5 +9,5 @@ from cluster.kube.render import MANIFESTS_DIR, check_fit, rayjob, rayservice, re
 from cluster.kube.rollout import run_batch, upgrade
 from cluster.kube.status import format_rayservice
 
-__all__ = ["MANIFESTS_DIR", "Kube", "api_error", "check_fit", "connect", "format_rayservice", "main",
-           "rayjob", "rayservice", "render", "render_all", "run_batch", "upgrade"]
+__all__ = ["MANIFESTS_DIR", "Kube", "api_error", "check_fit", "connect", "format_rayservice",
+           "main", "rayjob", "rayservice", "render", "render_all", "run_batch", "upgrade"]

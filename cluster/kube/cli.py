@@ -29,7 +29,7 @@ from kubernetes.config.config_exception import ConfigException
 from urllib3.exceptions import MaxRetryError
 
 from cluster.kube.status import format_rayservice
-from core import DEFAULT_CONFIG_PATH, ConfigError, SpecserveConfig
+from core import DEFAULT_CONFIG_PATH, ConfigError, SpecserveConfig, load_config
 from cluster.kube.client import Kube, api_error, connect
 from cluster.kube.rollout import run_batch, upgrade
 from cluster.kube.render import MANIFESTS_DIR, plain, rayjob, rayservice, render, render_all
@@ -37,19 +37,9 @@ from cluster.kube.render import MANIFESTS_DIR, plain, rayjob, rayservice, render
 EXIT_FAILED, EXIT_USAGE = 1, 2
 
 
-def load_config(path: str, image: str | None = None) -> SpecserveConfig:
-    """The config file, with `kubernetes.image` replaced when `image` is given (re-validated)."""
-    cfg = SpecserveConfig.from_yaml(path)
-    if image is None:
-        return cfg
-    data = cfg.model_dump(mode="json", exclude_unset=True)
-    data.setdefault("kubernetes", {})["image"] = image
-    return SpecserveConfig.from_dict(data, source=f"{path} with --image")
-
-
 def _cmd_render(args: argparse.Namespace) -> int:
     if not args.all:
-        print(render(SpecserveConfig.from_yaml(args.config), args.config, args.kind), end="")
+        print(render(load_config(args.config, check=False), args.config, args.kind), end="")
         return 0
     # The dashboard needs the `observability` extra (grafana-foundation-sdk): for --all only.
     from cluster.observability.manifests import render_all as render_observability
@@ -238,7 +228,7 @@ def _prepare(args: argparse.Namespace) -> tuple[list[dict], SpecserveConfig | No
         docs = [d for f in args.filename for d in yaml.safe_load_all(Path(f).read_text())]
         return [d for d in docs if d], None
     if args.verb in ("apply", "upgrade", "submit-batch"):
-        cfg = load_config(args.config, getattr(args, "image", None))
+        cfg = load_config(args.config, image=getattr(args, "image", None), check=False)
         return ([] if args.verb == "submit-batch" else [plain(rayservice(cfg))]), cfg
     return [], None
 
