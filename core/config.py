@@ -203,6 +203,13 @@ class SpecserveConfig(Strict):
             return self.autoscaling.pool(pool).min_replicas
         return getattr(self, pool).num_replicas
 
+    def most_replicas(self, pool: Route) -> int:
+        """The most replicas `pool` can run: its autoscaling `max_replicas` when autoscaling is on
+        and the pool is served, else its `num_replicas` (0 for a pool not served)."""
+        if self.autoscaling.enabled and pool in self.pools():
+            return self.autoscaling.pool(pool).max_replicas
+        return getattr(self, pool).num_replicas
+
     @classmethod
     def from_yaml(cls, path: str | Path) -> SpecserveConfig:
         """Loads and validates a YAML file.

@@ -24,7 +24,7 @@ from deployments.cores import node_cores
 
 # Set by Ray in the environment of a `ray job submit` driver.
 JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
-RETRY_PERIOD_S = 5.0
+RETRY_PERIOD_S = 5.0  # between probes of a head that is not up, and each probe's timeout
 
 
 class ClusterUnavailable(RuntimeError):
@@ -35,8 +35,8 @@ def in_ray_job() -> bool:
     return JOB_ENV in os.environ
 
 
-def connect(address: str | None, cfg: SpecserveConfig, wait_s: float, log) -> None:
-    """Connects to the cluster, waiting while its head is not up yet.
+def connect_ray(address: str | None, cfg: SpecserveConfig, wait_s: float, log) -> None:
+    """Connects to the Ray cluster, waiting while its head is not up yet.
 
     Args:
         address: Ray address; None: the job's cluster under `ray job submit`, `$RAY_ADDRESS`,

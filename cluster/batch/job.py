@@ -29,7 +29,7 @@ from pathlib import Path
 
 import ray
 
-from cluster.batch.app import ClusterUnavailable, close_app, connect, in_ray_job, open_app
+from cluster.batch.app import ClusterUnavailable, close_app, connect_ray, in_ray_job, open_app
 from cluster.batch.output import OutputBusy, OutputFailed, OutputFile
 from cluster.batch.resume import config_fingerprint, plan_resume
 from cluster.batch.router import BatchRouter
@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     writer = RowWriter(out, args.ordered, ORDER_WINDOW_PER_SLOT * args.max_in_flight)
     app, owned, failure = None, False, None
     try:
-        connect(args.address, cfg, args.wait_s, log)
+        connect_ray(args.address, cfg, args.wait_s, log)
         app, handles, owned = open_app(cfg, args.app, args.wait_s, log)
         driver_id = f"batch-{os.getpid()}-{int(time.time())}"
         router = BatchRouter(cfg, sorted(handles), get_board(app), driver_id)

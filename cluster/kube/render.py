@@ -32,8 +32,8 @@ MANIFESTS_DIR = Path(__file__).resolve().parents[2] / "manifests"
 def check_fit(cfg: SpecserveConfig) -> None:
     """Refuses pools that their worker pods cannot host, and model paths outside the models volume.
 
-    A pool's largest size is `autoscaling.<pool>.max_replicas` when autoscaling is on (the policy
-    may grow it that far), else its `num_replicas`.
+    A pool's largest size is `SpecserveConfig.most_replicas`: `autoscaling.<pool>.max_replicas`
+    when autoscaling is on (the policy may grow it that far), else its `num_replicas`.
 
     Raises:
         ConfigError: one line per problem, each naming its field.
@@ -47,9 +47,9 @@ def check_fit(cfg: SpecserveConfig) -> None:
         except ValueError as e:
             errors.append(str(e))
             continue
-        field, most = f"{name}.num_replicas", pool.num_replicas
-        if cfg.autoscaling.enabled and name in cfg.pools():
-            field, most = f"autoscaling.{name}.max_replicas", cfg.autoscaling.pool(name).max_replicas
+        most = cfg.most_replicas(name)
+        field = f"autoscaling.{name}.max_replicas" if cfg.autoscaling.enabled and \
+            name in cfg.pools() else f"{name}.num_replicas"
         pods = math.ceil(most / per_pod)
         if pods > group.max_replicas:
             errors.append(f"{where}.max_replicas: {field} {most} needs {pods} pods of "
