@@ -4,10 +4,10 @@
     specserve validate [--config FILE]   check a config (names the failing field), print it resolved
     specserve models build [...]         the model lab: target, draft, then EAGLE-3/Medusa heads
     specserve models heads|report [...]  heads only (models/heads.py); speculators report via vLLM
-    specserve render [...]               KubeRay manifests from a config (cluster/kube_cli.py)
+    specserve render [...]               KubeRay manifests from a config (cluster/kube/cli.py)
     specserve cluster VERB [...]         apply / status / scale / upgrade / submit-batch / delete
     specserve batch --input F --output F offline generation over an OpenAI Batch API file
-                                         (cluster/batch.py; also under `ray job submit`)
+                                         (cluster/batch/job.py; also under `ray job submit`)
     specserve observability png --prometheus URL --out DIR
                                          the dashboard's main panels as PNGs (cluster/observability)
 """
@@ -21,32 +21,25 @@ import signal
 import sys
 import time
 
-from cluster import kube_cli
+from cluster.kube import cli as kube_cli
 from cluster.engine_reaper import engine_processes, reap
-from core import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, ConfigError, SpecserveConfig, \
-    check_checkpoints
+from core import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, ConfigError, load_config
 
 APP_NAME = "specserve"
-
-
-def _load(path: str) -> SpecserveConfig:
-    cfg = SpecserveConfig.from_yaml(path)
-    check_checkpoints(cfg)
-    return cfg
 
 
 def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def cmd_validate(args: argparse.Namespace) -> int:
-    cfg = _load(args.config)
+def _cmd_validate(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config)
     print(json.dumps(cfg.model_dump(mode="json"), indent=2))
     return 0
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    cfg = _load(args.config)
+def _cmd_serve(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config)
     import ray
     from ray import serve
 
@@ -93,7 +86,34 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_models(args: argparse.Namespace, rest: list[str]) -> int:
+class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each flag's default, unless its help already names one or it has none."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if "default" in (action.help or "") or action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _models_parser() -> argparse.ArgumentParser:
+    """`specserve models`: each action's flags and defaults are the lab entrypoint's own."""
+    from models import build, heads, speculators_report
+
+    p = argparse.ArgumentParser(prog="specserve models", description="The model lab.")
+    actions = p.add_subparsers(dest="action", required=True)
+    for name, module, helptext in (
+            ("build", build, "target + draft (models.build, these flags), then the speculator "
+             "heads (models.heads, its defaults)"),
+            ("heads", heads, "the speculator heads only (models.heads)"),
+            ("report", speculators_report, "the speculators report through vLLM "
+             "(models.speculators_report)")):
+        a = actions.add_parser(name, help=helptext, description=helptext,
+                               formatter_class=_DefaultsFormatter)
+        module.add_arguments(a)
+    return p
+
+
+def _cmd_models(argv: list[str]) -> int:
     """`build`: target + draft (models.build, flags passed through), then the speculator heads
     (models.heads, defaults); `heads`: the heads only, flags passed through; `report`: the
     speculators report through vLLM (models.speculators_report)."""
@@ -101,20 +121,22 @@ def cmd_models(args: argparse.Namespace, rest: list[str]) -> int:
     from models.heads import main as heads_main
     from models.speculators_report import main as report_main
 
+    args = _models_parser().parse_args(argv)  # `--help` and bad flags end here
+    flags = argv[argv.index(args.action) + 1:]
     if args.action == "heads":
-        return heads_main(rest)
+        return heads_main(flags)
     if args.action == "report":
-        return report_main(rest)
-    return build_main(rest) or heads_main([])
+        return report_main(flags)
+    return build_main(flags) or heads_main([])
 
 
-def cmd_batch(args: argparse.Namespace, rest: list[str]) -> int:
+def _cmd_batch(args: argparse.Namespace, rest: list[str]) -> int:
     from cluster.batch import main as batch_main
 
     return batch_main(rest)
 
 
-def cmd_observability(args: argparse.Namespace, rest: list[str]) -> int:
+def _cmd_observability(args: argparse.Namespace, rest: list[str]) -> int:
     from cluster.observability.png import main as png_main
 
     return png_main(rest)
@@ -131,8 +153,8 @@ def parser() -> argparse.ArgumentParser:
         if name == "serve":
             s.add_argument("--address", default=None, help="Ray address (default: start local)")
             s.add_argument("--no-block", action="store_true", help="return once serving")
-    m = sub.add_parser("models", help="the model lab")
-    m.add_argument("action", choices=["build", "heads", "report"])
+    sub.add_parser("models", add_help=False, help="the model lab: build, heads, report (see "
+                   "`specserve models ACTION --help`)")
     sub.add_parser("render", add_help=False, help="KubeRay manifests from a config")
     sub.add_parser("cluster", add_help=False, help="operate the RayService on Kubernetes")
     sub.add_parser("batch", add_help=False, help="offline generation over an OpenAI Batch API "
@@ -148,16 +170,16 @@ def main(argv: list[str] | None = None) -> int:
     args, rest = parser().parse_known_args(argv)
     try:
         if args.command == "models":
-            return cmd_models(args, rest)
+            return _cmd_models(argv[argv.index("models") + 1:])
         if args.command in ("render", "cluster"):
             return kube_cli.main([args.command, *rest])
         if args.command == "batch":
-            return cmd_batch(args, rest)
+            return _cmd_batch(args, rest)
         if args.command == "observability":
-            return cmd_observability(args, rest)
+            return _cmd_observability(args, rest)
         if rest:
             parser().error(f"unrecognized arguments: {' '.join(rest)}")
-        return {"serve": cmd_serve, "validate": cmd_validate}[args.command](args)
+        return {"serve": _cmd_serve, "validate": _cmd_validate}[args.command](args)
     except ConfigError as e:
         print(f"specserve: invalid config:\n{e}", file=sys.stderr)
         return 2

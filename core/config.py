@@ -39,7 +39,7 @@ here first (tests/test_config_sweep.py runs their checks on each boundary). Fiel
   look_back_period_s > metrics_interval_s (Serve; the last warns, will raise) -> AutoscalingConfig
 - server.port: 1..65535 (Serve HTTPOptions) -> Field
 - kubernetes.workers.<pool>: pods hold the pool at its largest (num_replicas, or
-  autoscaling.<pool>.max_replicas) -> cluster/kuberay.py check_fit
+  autoscaling.<pool>.max_replicas) -> cluster/kube/render.py check_fit
 
 Not checked: that a model folder exists on the node that serves (paths may be the cluster's),
 and that cpu_kvcache_space_gib / gpu_memory_utilization fit the node's memory.
@@ -52,6 +52,8 @@ Example:
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -59,7 +61,9 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from core.autoscaling_config import AutoscalingConfig
+from core.checkpoints import check_checkpoints
 from core.kube_config import KubeConfig
+from core.paths import DEFAULT_CONFIG_PATH
 from core.pool_config import PoolConfig, SpeculativePoolConfig, check_node_labels
 from core.types import ConfigError, RequestedRoute, Route, Strict, TaskType
 
@@ -164,7 +168,7 @@ class SpecserveConfig(Strict):
                                            "pools sized by one policy under one accelerator "
                                            "budget (core/autoscaling_config.py).")
     kubernetes: KubeConfig = Field(default_factory=KubeConfig, description="RayService and RayJob "
-                                   "rendering (cluster/kuberay.py); unused by `specserve serve`.")
+                                   "rendering (cluster/kube/render.py); unused by `specserve serve`.")
 
     @model_validator(mode="after")
     def _check_speculator_context(self) -> SpecserveConfig:
@@ -199,6 +203,13 @@ class SpecserveConfig(Strict):
             return self.autoscaling.pool(pool).min_replicas
         return getattr(self, pool).num_replicas
 
+    def most_replicas(self, pool: Route) -> int:
+        """The most replicas `pool` can run: its autoscaling `max_replicas` when autoscaling is on
+        and the pool is served, else its `num_replicas` (0 for a pool not served)."""
+        if self.autoscaling.enabled and pool in self.pools():
+            return self.autoscaling.pool(pool).max_replicas
+        return getattr(self, pool).num_replicas
+
     @classmethod
     def from_yaml(cls, path: str | Path) -> SpecserveConfig:
         """Loads and validates a YAML file.
@@ -219,6 +230,49 @@ class SpecserveConfig(Strict):
             return cls.model_validate(data)
         except ValidationError as e:
             raise ConfigError(format_validation_error(e, source)) from None
+
+
+def load_config(path: str | Path | None = None, *, inline: dict | None = None,
+                env_var: str | None = None, image: str | None = None,
+                check: bool = True) -> SpecserveConfig:
+    """The config every entrypoint runs on, from the first source given.
+
+    Sources, in order: the YAML file `path`; the `inline` fields (source `args`); the JSON in
+    `$env_var` when `path` is None and that variable is set and not empty; `DEFAULT_CONFIG_PATH`.
+
+    Args:
+        path: a YAML config file (`--config`, Serve's `config_path`); None or empty: not given.
+        inline: the config's fields as a dict (Serve's inline `args`); None: not given.
+        env_var: an environment variable that may hold the config as JSON (the RayJob's
+            `SPECSERVE_CONFIG_JSON`); None: none is read.
+        image: replaces `kubernetes.image`, re-validated (source `<path> with --image`).
+        check: also check the config against its local checkpoints (`check_checkpoints`:
+            context, heads, vocab); off where the models live on another machine.
+
+    Raises:
+        ConfigError: an unreadable file, bad YAML, a field that fails validation (each named,
+            prefixed by its source), or, with `check`, a config that does not fit its checkpoints.
+        json.JSONDecodeError: `$env_var` is set but not JSON.
+
+    Example:
+        >>> load_config("cluster/default.yaml", check=False).server.port
+        8000
+    """
+    if path:
+        cfg = SpecserveConfig.from_yaml(path)
+    elif inline is not None:
+        cfg = SpecserveConfig.from_dict(inline, "args")
+    elif path is None and env_var and os.environ.get(env_var):
+        cfg = SpecserveConfig.from_dict(json.loads(os.environ[env_var]), source=f"${env_var}")
+    else:
+        cfg = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH)
+    if image is not None:
+        data = cfg.model_dump(mode="json", exclude_unset=True)
+        data.setdefault("kubernetes", {})["image"] = image
+        cfg = SpecserveConfig.from_dict(data, source=f"{path} with --image")
+    if check:
+        check_checkpoints(cfg)
+    return cfg
 
 
 def format_validation_error(err: ValidationError, source: str) -> str:

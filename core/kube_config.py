@@ -1,4 +1,4 @@
-"""The `kubernetes:` section of the config: what `cluster/kuberay.py` needs to render the RayService
+"""The `kubernetes:` section of the config: what `cluster/kube/render.py` needs to render the RayService
 and the RayJob (image, pod sizes, autoscaling bounds, upgrade and batch settings).
 
 Sizes are per pod; a worker group holds the replicas of one pool. The defaults fit a laptop

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ray.serve import Application
 
-from core import ConfigError, SpecserveConfig, check_checkpoints
+from core import ConfigError, SpecserveConfig, load_config as core_load_config
 from deployments.pools import build_pool
 from router.ingress import build_ingress
 
@@ -31,9 +31,7 @@ def load_config(args: dict) -> SpecserveConfig:
     path = args.pop("config_path", None)
     if path is not None and args:
         raise ValueError(f"args: give config_path or inline fields, not both (got {sorted(args)})")
-    cfg = SpecserveConfig.from_yaml(path) if path else SpecserveConfig.from_dict(args, "args")
-    check_checkpoints(cfg)
-    return cfg
+    return core_load_config(path, inline=args)
 
 
 def build_app(args: dict) -> Application:

@@ -76,10 +76,9 @@ def build(out: Path | None = None, params: BuildParams | None = None, force: boo
     return BuildResult(out, False, report)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """CLI entry point; returns the process exit status."""
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The build's flags, with their defaults (also `specserve models build`'s)."""
     defaults = BuildParams()
-    parser = argparse.ArgumentParser(prog="python -m models.build", description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=None,
                         help=f"output folder (default: {default_models_dir()})")
     parser.add_argument("--seed", type=int, default=defaults.seed, help="random seed")
@@ -91,6 +90,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="use only this many corpus files (quick trials); default all")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--force", action="store_true", help="rebuild even if cached")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; returns the process exit status."""
+    defaults = BuildParams()
+    parser = argparse.ArgumentParser(prog="python -m models.build", description=__doc__.split("\n")[0])
+    add_arguments(parser)
     args = parser.parse_args(argv)
     params = replace(defaults, seed=args.seed, target_steps=args.target_steps,
                      draft_steps=args.draft_steps, max_files=args.max_files)

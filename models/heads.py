@@ -122,10 +122,9 @@ def summary(reports: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """CLI entry point; returns the process exit status."""
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The heads' flags, with their defaults (also `specserve models heads`'s)."""
     d = HeadParams()
-    parser = argparse.ArgumentParser(prog="python -m models.heads", description=__doc__.split("\n")[0])
     parser.add_argument("--models", type=Path, default=None,
                         help=f"lab folder with target/ (default: {default_models_dir()})")
     parser.add_argument("--kinds", nargs="+", choices=HEAD_KINDS, default=list(DEFAULT_KINDS),
@@ -138,6 +137,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="target-written training sequences")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--force", action="store_true", help="retrain even if cached")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; returns the process exit status."""
+    d = HeadParams()
+    parser = argparse.ArgumentParser(prog="python -m models.heads", description=__doc__.split("\n")[0])
+    add_arguments(parser)
     args = parser.parse_args(argv)
     params = replace(d, seed=args.seed, eagle3_steps=args.eagle3_steps,
                      eagle_steps=args.eagle_steps, medusa_steps=args.medusa_steps,

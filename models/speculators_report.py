@@ -155,10 +155,8 @@ def markdown(report: dict, ks: list[int]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """CLI entry point; exit status 1 when any speculative output differs from vanilla."""
-    parser = argparse.ArgumentParser(prog="python -m models.speculators_report",
-                                     description=__doc__.split("\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The report's flags, with their defaults (also `specserve models report`'s)."""
     parser.add_argument("--models", type=Path, default=default_models_dir(), help="lab folder")
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     parser.add_argument("--ks", nargs="+", type=int, default=[3, 5], help="num_speculative_tokens")
@@ -173,6 +171,13 @@ def main(argv: list[str] | None = None) -> int:
                         default=None, help="vLLM speculative_config.draft_sample_method for the "
                         "draft_model / EAGLE methods (vLLM default: greedy)")
     parser.add_argument("--json", type=Path, default=None, help="also write the report here")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; exit status 1 when any speculative output differs from vanilla."""
+    parser = argparse.ArgumentParser(prog="python -m models.speculators_report",
+                                     description=__doc__.split("\n")[0])
+    add_arguments(parser)
     args = parser.parse_args(argv)
     models = args.models.expanduser().resolve()
     target = str(models / "target")

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 import yaml
 
-from cluster.kuberay import MANIFESTS_DIR
+from cluster.kube.render import MANIFESTS_DIR
 from cluster.observability.alerts import ALERTS
 from cluster.observability.manifests import RULES_FILE, rules_file
 from tests.prometheus import binary, missing

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from core import ConfigError, SpecserveConfig
-from cluster.kuberay import MANIFESTS_DIR, rayservice
+from cluster.kube.render import MANIFESTS_DIR, rayservice
 from router.auth import ApiKeys, access, route_path
 
 KEYS = ApiKeys(["sk-first-3f9a", "sk-second-77c1"])

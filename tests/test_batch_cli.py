@@ -11,12 +11,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from small_fs import tmpfs
 
-from cluster.batch import load_config
-from cluster.batch_output import OutputFile, response_record
-from cluster.batch_resume import config_fingerprint
-from cluster.batch_rows import read_rows
+from cluster import cli
+from core import load_config
+from cluster.batch.output import OutputFile
+from cluster.batch.records import response_record
+from cluster.batch.resume import config_fingerprint
+from cluster.batch.rows import read_rows
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = "specserve-tiny"
@@ -85,3 +88,15 @@ def test_an_output_on_a_read_only_or_full_filesystem_is_refused(tmp_path):
         proc = batch("--input", str(inp), "--output", str(full / "out.jsonl"))
         assert proc.returncode == 2 and "No space left on device" in proc.stdout, proc.stdout
         assert "Traceback" not in proc.stderr
+
+
+def test_models_subcommands_show_their_own_flags_and_defaults(capsys):
+    """`specserve models ACTION --help` is the lab entrypoint's own help, not the parent's."""
+    for action, flag in (("build", "--target-steps"), ("heads", "--eagle3-steps"),
+                         ("report", "--max-tokens")):
+        with pytest.raises(SystemExit) as exit_:
+            cli.main(["models", action, "--help"])
+        assert exit_.value.code == 0
+        out = capsys.readouterr().out
+        assert f"usage: specserve models {action}" in out and flag in out, out
+        assert "(default: " in out, out

@@ -28,7 +28,7 @@ import yaml
 from batch_head import VENV_BIN, RayHead
 from small_fs import tmpfs
 
-from cluster.batch_rows import parse_row
+from cluster.batch.rows import parse_row
 from core import MODELS_DIR_ENV, models_dir
 from deployments.cores import CORES_DIR_ENV, node_cores
 

@@ -1,5 +1,5 @@
 """The batch output file: complete lines only, what it holds on reopen, torn tail, one writer,
-atomic rewrites, fsync within a second, unwritable directories (cluster/batch_output.py)."""
+atomic rewrites, fsync within a second, unwritable directories (cluster/batch/output.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from cluster import batch_output
-from cluster.batch_output import (OutputBusy, OutputFailed, OutputFile, error_record,
-                                  response_record, row_key)
-from cluster.batch_rows import RowError, parse_row
+from cluster.batch import output as batch_output
+from cluster.batch.output import OutputBusy, OutputFailed, OutputFile
+from cluster.batch.records import error_record, response_record, row_key
+from cluster.batch.rows import RowError, parse_row
 
 MODEL = "specserve-tiny"
 CFG = "c0ffee"  # a config fingerprint

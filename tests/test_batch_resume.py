@@ -1,4 +1,4 @@
-"""What a re-run keeps of an output file (cluster/batch_resume.py): a line counts as done only if
+"""What a re-run keeps of an output file (cluster/batch/resume.py): a line counts as done only if
 it answers this input line under this config."""
 
 from __future__ import annotations
@@ -7,9 +7,10 @@ import json
 
 import pytest
 
-from cluster.batch_output import OutputFile, error_record, response_record
-from cluster.batch_resume import config_fingerprint, plan_resume
-from cluster.batch_rows import read_rows
+from cluster.batch.output import OutputFile
+from cluster.batch.records import error_record, response_record
+from cluster.batch.resume import config_fingerprint, plan_resume
+from cluster.batch.rows import read_rows
 from core import DEFAULT_CONFIG_PATH, SpecserveConfig
 
 MODEL = "specserve-tiny"

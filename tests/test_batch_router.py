@@ -1,4 +1,4 @@
-"""Batch routing in throughput mode (cluster/batch_router.py): the online policy fed with marginal
+"""Batch routing in throughput mode (cluster/batch/router.py): the online policy fed with marginal
 step times, under the batch pressure a job creates."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import math
 import pytest
 from ray.serve.llm.openai_api_models import CompletionRequest
 
-from cluster.batch_router import BatchRouter
-from router.speedup import marginal_step_s
+from cluster.batch.router import BatchRouter
 from core import DEFAULT_CONFIG_PATH, PoolStats, SpecserveConfig
+from router.speedup import marginal_step_s
 
 # Step seconds per running batch, shaped like DESIGN.md §3's 70 M-param CPU measurements: the
 # vanilla pool saturates near batch 64 (1139 → 1133 tok/s); a speculative step costs more and

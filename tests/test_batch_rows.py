@@ -1,4 +1,4 @@
-"""Batch input rows: OpenAI Batch API lines parsed and validated (cluster/batch_rows.py)."""
+"""Batch input rows: OpenAI Batch API lines parsed and validated (cluster/batch/rows.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from cluster.batch_rows import BatchRow, Endpoint, RowError, count_lines, parse_row, read_rows
+from cluster.batch.rows import BatchRow, Endpoint, RowError, count_lines, parse_row, read_rows
 
 MODEL = "specserve-tiny"
 

@@ -1,5 +1,5 @@
 """Waiting for a head that is not up: the submitter of `specserve batch --submit`
-(cluster/batch_submit.py) and a direct run's connect (cluster/batch_app.py)."""
+(cluster/batch/submit.py) and a direct run's connect (cluster/batch/app.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import time
 import pytest
 
 from cluster.batch import add_arguments, log
-from cluster.batch_app import ClusterUnavailable, wait_for_port
-from cluster.batch_submit import REPO_ROOT, job_argv, submit
+from cluster.batch.app import ClusterUnavailable, wait_for_port
+from cluster.batch.submit import REPO_ROOT, job_argv, submit
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -1,10 +1,10 @@
-"""Batch run statistics and their reporters (cluster/batch_summary.py)."""
+"""Batch run statistics and their reporters (cluster/batch/summary.py)."""
 
 from __future__ import annotations
 
 import json
 
-from cluster.batch_summary import BatchStats, progress_line, summary_text
+from cluster.batch.summary import BatchStats, progress_line, summary_text
 
 
 def body(completion_tokens: int, spec: dict | None = None) -> dict:

@@ -1,4 +1,4 @@
-"""The order of a batch run's lines (cluster/batch_writer.py): as rows finish, or in input order."""
+"""The order of a batch run's lines (cluster/batch/writer.py): as rows finish, or in input order."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from cluster.batch_output import OutputFailed, OutputFile
-from cluster.batch_writer import RowWriter
+from cluster.batch.output import OutputFailed, OutputFile
+from cluster.batch.writer import RowWriter
 
 
 def ids(path) -> list[str]:

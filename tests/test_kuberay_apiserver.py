@@ -18,7 +18,7 @@ import yaml
 from kubernetes import client
 
 from cluster import cli
-from cluster.kuberay import MANIFESTS_DIR
+from cluster.kube.render import MANIFESTS_DIR
 from kubeapi import FakeKubeRay, set_rayjob_status
 
 GPU_CONFIG = str(MANIFESTS_DIR / "configs" / "gpu.yaml")

@@ -14,7 +14,7 @@ from ray.serve.schema import ServeDeploySchema
 from cluster import cli
 from cluster.commented_yaml import dump, plain
 from core import RAY_VERSION, SpecserveConfig
-from cluster.kuberay import MANIFESTS_DIR, app_args, rayjob, rayservice, render_all
+from cluster.kube.render import MANIFESTS_DIR, app_args, rayjob, rayservice, render_all
 
 CONFIGS = sorted((MANIFESTS_DIR / "configs").glob("*.yaml"))
 MANIFESTS = sorted(MANIFESTS_DIR.glob("ray-*.yaml"))

@@ -1,13 +1,13 @@
-"""The status readers (cluster/kube_status.py) on RayService/RayJob objects shaped as KubeRay v1.7.0
+"""The status readers (cluster/kube/status.py) on RayService/RayJob objects shaped as KubeRay v1.7.0
 writes them: pure functions, no API server."""
 
 from __future__ import annotations
 
 import yaml
 
-from cluster.kube_status import format_rayservice, placement_rows, rayjob_verdict, stuck_reason, \
+from cluster.kube.status import format_rayservice, placement_rows, rayjob_verdict, stuck_reason, \
     table, upgrade_verdict
-from cluster.kuberay import MANIFESTS_DIR
+from cluster.kube.render import MANIFESTS_DIR
 
 
 def _svc(generation=2, observed=2, active="svc-a", pending=None, ready=True,

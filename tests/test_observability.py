@@ -11,7 +11,7 @@ import subprocess
 import pytest
 import yaml
 
-from cluster.kuberay import MANIFESTS_DIR
+from cluster.kube.render import MANIFESTS_DIR
 from cluster.observability.dashboard import UID, dashboard_json
 from cluster.observability.manifests import DASHBOARD_FILE, OUT_DIR, render_all
 from cluster.observability.panels import ROWS, evaluable, panels

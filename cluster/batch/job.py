@@ -5,13 +5,13 @@
     python -m cluster.cli batch --input in.jsonl --output out.jsonl   # directly, local Ray
     python -m cluster.cli batch --submit http://127.0.0.1:8265 ...    # submits, waits for the head
 
-Rows (cluster/batch_run.py) are checked as the ingress checks requests and go to the pools of the
-specserve application (cluster/batch_app.py) through the online router's policy in throughput
-mode (cluster/batch_router.py), at most `--max-in-flight` at a time; each answer is appended to the
-output as one complete line (cluster/batch_output.py), as rows finish or in input order
-(`--ordered`, cluster/batch_writer.py). Re-running with the same output skips the rows it already
+Rows (cluster/batch/run.py) are checked as the ingress checks requests and go to the pools of the
+specserve application (cluster/batch/app.py) through the online router's policy in throughput
+mode (cluster/batch/router.py), at most `--max-in-flight` at a time; each answer is appended to the
+output as one complete line (cluster/batch/output.py), as rows finish or in input order
+(`--ordered`, cluster/batch/writer.py). Re-running with the same output skips the rows it already
 answers, so a killed job re-submitted finishes every row exactly once; an output holding answers to
-another input or config is refused (cluster/batch_resume.py). Rows that got no answer (engine
+another input or config is refused (cluster/batch/resume.py). Rows that got no answer (engine
 unavailable after retries) get no line: the run exits 1 and a re-run retries them. The first failed
 write (disk full) stops the run: nothing more goes to the pools, and what is on disk stays whole.
 """
@@ -29,16 +29,16 @@ from pathlib import Path
 
 import ray
 
-from cluster.batch_app import ClusterUnavailable, close_app, connect, in_ray_job, open_app
-from cluster.batch_output import OutputBusy, OutputFailed, OutputFile
-from cluster.batch_resume import config_fingerprint, plan_resume
-from cluster.batch_router import BatchRouter
-from cluster.batch_rows import count_lines, read_rows
-from cluster.batch_run import BatchRun, log
-from cluster.batch_submit import submit
-from cluster.batch_summary import BatchStats, summary_text
-from cluster.batch_writer import RowWriter
-from core import DEFAULT_CONFIG_PATH, SpecserveConfig, check_checkpoints, get_board
+from cluster.batch.app import ClusterUnavailable, close_app, connect_ray, in_ray_job, open_app
+from cluster.batch.output import OutputBusy, OutputFailed, OutputFile
+from cluster.batch.resume import config_fingerprint, plan_resume
+from cluster.batch.router import BatchRouter
+from cluster.batch.rows import count_lines, read_rows
+from cluster.batch.run import BatchRun, log
+from cluster.batch.submit import submit
+from cluster.batch.summary import BatchStats, summary_text
+from cluster.batch.writer import RowWriter
+from core import DEFAULT_CONFIG_PATH, get_board, load_config
 
 CONFIG_JSON_ENV = "SPECSERVE_CONFIG_JSON"  # how the RayJob manifest passes the config
 ORDER_WINDOW_PER_SLOT = 4  # --ordered: rows taken and not yet written, per --max-in-flight slot
@@ -84,17 +84,6 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def load_config(path: str | None) -> SpecserveConfig:
-    """--config, else $SPECSERVE_CONFIG_JSON (the RayJob's), else cluster/default.yaml."""
-    if path is None and os.environ.get(CONFIG_JSON_ENV):
-        cfg = SpecserveConfig.from_dict(json.loads(os.environ[CONFIG_JSON_ENV]),
-                                        source=f"${CONFIG_JSON_ENV}")
-    else:
-        cfg = SpecserveConfig.from_yaml(path or DEFAULT_CONFIG_PATH)
-    check_checkpoints(cfg)
-    return cfg
-
-
 def run(args: argparse.Namespace) -> int:
     """The driver.
 
@@ -102,9 +91,9 @@ def run(args: argparse.Namespace) -> int:
         The exit status: 0 when every row has its line; 1 when some are left for a re-run (no
         answer, interrupted, a failed write, the cluster unavailable, the output busy); 2 when
         nothing ran: a bad path, an output that cannot be written, or one holding answers to
-        another input or config (cluster/batch_resume.py).
+        another input or config (cluster/batch/resume.py).
     """
-    cfg = load_config(args.config)
+    cfg = load_config(args.config, env_var=CONFIG_JSON_ENV)
     output = Path(args.output)
     if in_ray_job() and not output.is_absolute():
         log(f"--output {args.output}: a relative path under `ray job submit` lands in the job's "
@@ -147,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     writer = RowWriter(out, args.ordered, ORDER_WINDOW_PER_SLOT * args.max_in_flight)
     app, owned, failure = None, False, None
     try:
-        connect(args.address, cfg, args.wait_s, log)
+        connect_ray(args.address, cfg, args.wait_s, log)
         app, handles, owned = open_app(cfg, args.app, args.wait_s, log)
         driver_id = f"batch-{os.getpid()}-{int(time.time())}"
         router = BatchRouter(cfg, sorted(handles), get_board(app), driver_id)

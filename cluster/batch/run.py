@@ -1,8 +1,8 @@
 """One batch run's rows through the pools: dispatch, retries, lines, and the stop at the first
-failed write (the driver around it: cluster/batch.py).
+failed write (the driver around it: cluster/batch/job.py).
 
 Rows are taken in input order, at most `--max-in-flight` in flight; each is validated and routed as
-the ingress would (cluster/batch_router.py), sent to its pool's handle, retried while the pool is
+the ingress would (cluster/batch/router.py), sent to its pool's handle, retried while the pool is
 unavailable, and its line handed to the `RowWriter` (completion or input order). A row counts in
 the stats once its line is written. The first failed write (or fsync) stops the run: nothing more
 is taken or sent, rows in flight are cancelled, and what is on disk is whole lines only.
@@ -18,12 +18,13 @@ import json
 from ray.llm._internal.serve.core.configs.openai_api_models import ErrorResponse
 from ray.llm._internal.serve.core.ingress.utils import _sanitize_chat_completion_request
 
-from cluster.batch_output import OutputFailed, OutputFile, error_record, response_record
-from cluster.batch_resume import ResumePlan
-from cluster.batch_router import BatchRouter
-from cluster.batch_rows import BatchRow, Endpoint, RowError
-from cluster.batch_summary import BatchStats, progress_line
-from cluster.batch_writer import RowWriter
+from cluster.batch.output import OutputFailed, OutputFile
+from cluster.batch.records import error_record, response_record
+from cluster.batch.resume import ResumePlan
+from cluster.batch.router import BatchRouter
+from cluster.batch.rows import BatchRow, Endpoint, RowError
+from cluster.batch.summary import BatchStats, progress_line
+from cluster.batch.writer import RowWriter
 from router.decider import route_headers
 from router.errors import RequestError, error_response
 from router.policy import Decision, RequestFeatures, Unroutable

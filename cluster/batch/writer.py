@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from typing import Callable
 
-from cluster.batch_output import OutputFailed, OutputFile
+from cluster.batch.output import OutputFailed, OutputFile
 
 
 class RowWriter:

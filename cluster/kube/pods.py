@@ -102,7 +102,7 @@ def head_spec(cfg, *, batch: bool = False, stamp: str | None = None) -> dict:
     if cfg.server.node_labels:
         spec["labels"] = Doc("Ray node labels of the head: the router selects them "
                              "(server.node_labels), so losing a worker pod never takes it.",
-                             ray_labels(cfg.server.node_labels, "server.node_labels"))
+                             _ray_labels(cfg.server.node_labels, "server.node_labels"))
     return spec | {
         "rayStartParams": Doc("`ray start` flags of the head.", {
             "num-cpus": Doc("No Serve replica or task is scheduled on the head.", "0"),
@@ -112,7 +112,7 @@ def head_spec(cfg, *, batch: bool = False, stamp: str | None = None) -> dict:
     }
 
 
-def ray_labels(labels: dict[str, str], who: str) -> dict:
+def _ray_labels(labels: dict[str, str], who: str) -> dict:
     """A group's `labels` (KubeRay >= 1.5: its pods' Ray node labels, `ray start --labels`),
     one comment above each: what selects it."""
     return {key: Doc(f"Selected by {who}.", value) for key, value in labels.items()}
@@ -144,7 +144,7 @@ def worker_group(kube: KubeConfig, name: str, group: WorkerGroupConfig, gpu: boo
     if labels:
         spec["labels"] = Doc(f"Ray node labels of these pods: only the {name} pool's replicas "
                              f"select them, so its replicas run here and nowhere else "
-                             f"({name}.node_labels).", ray_labels(labels, f"{name}.node_labels"))
+                             f"({name}.node_labels).", _ray_labels(labels, f"{name}.node_labels"))
     return spec | {
         "rayStartParams": Doc("`ray start` flags; CPU, GPU and memory come from the limits.", {}),
         "template": Doc(f"A {name} worker pod.", _template([container], [volume, shm], stamp,

@@ -28,28 +28,18 @@ from kubernetes.client.rest import ApiException
 from kubernetes.config.config_exception import ConfigException
 from urllib3.exceptions import MaxRetryError
 
-from cluster.kube_status import format_rayservice
-from core import DEFAULT_CONFIG_PATH, ConfigError, SpecserveConfig
-from cluster.kube_client import Kube, api_error, connect
-from cluster.kube_rollout import run_batch, upgrade
-from cluster.kuberay import MANIFESTS_DIR, plain, rayjob, rayservice, render, render_all
+from cluster.kube.status import format_rayservice
+from core import DEFAULT_CONFIG_PATH, ConfigError, SpecserveConfig, load_config
+from cluster.kube.client import Kube, api_error, connect
+from cluster.kube.rollout import run_batch, upgrade
+from cluster.kube.render import MANIFESTS_DIR, plain, rayjob, rayservice, render, render_all
 
 EXIT_FAILED, EXIT_USAGE = 1, 2
 
 
-def load_config(path: str, image: str | None = None) -> SpecserveConfig:
-    """The config file, with `kubernetes.image` replaced when `image` is given (re-validated)."""
-    cfg = SpecserveConfig.from_yaml(path)
-    if image is None:
-        return cfg
-    data = cfg.model_dump(mode="json", exclude_unset=True)
-    data.setdefault("kubernetes", {})["image"] = image
-    return SpecserveConfig.from_dict(data, source=f"{path} with --image")
-
-
-def cmd_render(args: argparse.Namespace) -> int:
+def _cmd_render(args: argparse.Namespace) -> int:
     if not args.all:
-        print(render(SpecserveConfig.from_yaml(args.config), args.config, args.kind), end="")
+        print(render(load_config(args.config, check=False), args.config, args.kind), end="")
         return 0
     # The dashboard needs the `observability` extra (grafana-foundation-sdk): for --all only.
     from cluster.observability.manifests import render_all as render_observability
@@ -70,7 +60,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     return EXIT_FAILED if drifted else 0
 
 
-def cmd_apply(args: argparse.Namespace, objs: list[dict], kube: Kube) -> int:
+def _cmd_apply(args: argparse.Namespace, objs: list[dict], kube: Kube) -> int:
     for obj in objs:
         before = kube.get(obj["kind"], obj["metadata"]["name"])
         after = kube.apply(obj, force=args.force_conflicts, dry_run=args.dry_run)
@@ -85,7 +75,7 @@ def cmd_apply(args: argparse.Namespace, objs: list[dict], kube: Kube) -> int:
     return 0
 
 
-def cmd_status(args: argparse.Namespace, kube: Kube) -> int:
+def _cmd_status(args: argparse.Namespace, kube: Kube) -> int:
     obj = kube.get("RayService", args.name)
     if obj is None:
         print(f"RayService {kube.namespace}/{args.name} not found", file=sys.stderr)
@@ -117,7 +107,7 @@ def _scale_error(current: dict, values: dict) -> str | None:
     return None
 
 
-def cmd_scale(args: argparse.Namespace, kube: Kube) -> int:
+def _cmd_scale(args: argparse.Namespace, kube: Kube) -> int:
     """Sets a worker group's counts on the RayService (durable) and on its live RayClusters
     (effective now: KubeRay does not copy replica counts from a RayService to its clusters)."""
     svc = kube.get("RayService", args.name)
@@ -154,7 +144,7 @@ def cmd_scale(args: argparse.Namespace, kube: Kube) -> int:
     return 0
 
 
-def cmd_submit_batch(args: argparse.Namespace, cfg: SpecserveConfig, kube: Kube) -> int:
+def _cmd_submit_batch(args: argparse.Namespace, cfg: SpecserveConfig, kube: Kube) -> int:
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
     name = args.job_name or f"{cfg.kubernetes.name}-batch-{stamp}"
     return run_batch(kube, plain(rayjob(cfg, name, args.input, args.output)),
@@ -162,7 +152,7 @@ def cmd_submit_batch(args: argparse.Namespace, cfg: SpecserveConfig, kube: Kube)
                      follow=not args.no_follow)
 
 
-def cmd_delete(args: argparse.Namespace, kube: Kube) -> int:
+def _cmd_delete(args: argparse.Namespace, kube: Kube) -> int:
     kind = {"rayservice": "RayService", "rayjob": "RayJob"}[args.kind]
     found = kube.delete(kind, args.name)
     print(f"{args.kind}.ray.io/{args.name} {'deleted' if found else 'not found'}")
@@ -238,7 +228,7 @@ def _prepare(args: argparse.Namespace) -> tuple[list[dict], SpecserveConfig | No
         docs = [d for f in args.filename for d in yaml.safe_load_all(Path(f).read_text())]
         return [d for d in docs if d], None
     if args.verb in ("apply", "upgrade", "submit-batch"):
-        cfg = load_config(args.config, getattr(args, "image", None))
+        cfg = load_config(args.config, image=getattr(args, "image", None), check=False)
         return ([] if args.verb == "submit-batch" else [plain(rayservice(cfg))]), cfg
     return [], None
 
@@ -247,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
         if args.command == "render":
-            return cmd_render(args)
+            return _cmd_render(args)
         objs, cfg = _prepare(args)
     except ConfigError as e:
         print(f"specserve: invalid config:\n{e}", file=sys.stderr)
@@ -263,13 +253,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         if args.verb == "apply":
-            return cmd_apply(args, objs, kube)
+            return _cmd_apply(args, objs, kube)
         if args.verb == "upgrade":
             return upgrade(kube, objs[0], timeout_s=args.timeout_s, on_timeout=args.on_timeout,
                            force=args.force_conflicts)
         if args.verb == "submit-batch":
-            return cmd_submit_batch(args, cfg, kube)
-        return {"status": cmd_status, "scale": cmd_scale, "delete": cmd_delete}[args.verb](
+            return _cmd_submit_batch(args, cfg, kube)
+        return {"status": _cmd_status, "scale": _cmd_scale, "delete": _cmd_delete}[args.verb](
             args, kube)
     except ApiException as e:
         message = api_error(e)

@@ -24,7 +24,7 @@ from deployments.cores import node_cores
 
 # Set by Ray in the environment of a `ray job submit` driver.
 JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
-RETRY_PERIOD_S = 5.0
+RETRY_PERIOD_S = 5.0  # between probes of a head that is not up, and each probe's timeout
 
 
 class ClusterUnavailable(RuntimeError):
@@ -35,8 +35,8 @@ def in_ray_job() -> bool:
     return JOB_ENV in os.environ
 
 
-def connect(address: str | None, cfg: SpecserveConfig, wait_s: float, log) -> None:
-    """Connects to the cluster, waiting while its head is not up yet.
+def connect_ray(address: str | None, cfg: SpecserveConfig, wait_s: float, log) -> None:
+    """Connects to the Ray cluster, waiting while its head is not up yet.
 
     Args:
         address: Ray address; None: the job's cluster under `ray job submit`, `$RAY_ADDRESS`,
@@ -105,11 +105,11 @@ def open_app(cfg: SpecserveConfig, app: str, wait_s: float, log
                 raise ClusterUnavailable(f"application {owned_name!r} failed to deploy: {e}"
                                          ) from None
             log(f"application {owned_name!r} running after {time.monotonic() - t0:.0f} s")
-            return owned_name, pool_handles(owned_name), True
+            return owned_name, _pool_handles(owned_name), True
         status = apps[name]
         if status.status == "RUNNING":
             log(f"using the running application {name!r}")
-            return name, pool_handles(name), name == owned_name
+            return name, _pool_handles(name), name == owned_name
         if status.status == "DEPLOY_FAILED":
             raise ClusterUnavailable(f"application {name!r} failed to deploy: {status.message}")
         if time.monotonic() >= deadline:
@@ -121,7 +121,7 @@ def open_app(cfg: SpecserveConfig, app: str, wait_s: float, log
         time.sleep(2)
 
 
-def pool_handles(app: str) -> dict[Route, DeploymentHandle]:
+def _pool_handles(app: str) -> dict[Route, DeploymentHandle]:
     """Streaming handles of the pools ("vanilla", "speculative") the application runs."""
     deployments = serve.status().applications[app].deployments
     return {pool: serve.get_deployment_handle(pool, app).options(stream=True)

@@ -24,12 +24,10 @@ from ray.dashboard.modules.job.common import JobStatus
 from ray.exceptions import AuthenticationError
 from ray.job_submission import JobSubmissionClient
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-RETRY_PERIOD_S = 5.0
+from cluster.batch.app import RETRY_PERIOD_S
+from cluster.batch.run import log
 
-
-def log(msg: str) -> None:
-    print(f"specserve batch: {msg}", flush=True)
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def job_argv(args: argparse.Namespace, argv: list[str]) -> list[str]:
@@ -59,7 +57,7 @@ def _travelling(path: str) -> str:
     return str(p.relative_to(REPO_ROOT)) if p.is_relative_to(REPO_ROOT) else str(p)
 
 
-def connect(address: str, wait_s: float) -> JobSubmissionClient | None:
+def _job_client(address: str, wait_s: float) -> JobSubmissionClient | None:
     """A job client for the head's dashboard, retrying while it does not answer."""
     deadline = time.monotonic() + wait_s
     while True:
@@ -81,7 +79,7 @@ def connect(address: str, wait_s: float) -> JobSubmissionClient | None:
 
 def submit(args: argparse.Namespace, argv: list[str]) -> int:
     """Submits the batch job, follows its log unless --no-follow; the job's verdict as status."""
-    client = connect(args.submit, args.wait_s)
+    client = _job_client(args.submit, args.wait_s)
     if client is None:
         return 1
     entrypoint = "python -m cluster.cli batch " + shlex.join(job_argv(args, argv))

@@ -1,7 +1,7 @@
 """What a re-run may keep of an output file: a row is done only if its line answers *this* input
 line under *this* config.
 
-Every output line records two fingerprints (cluster/batch_output.py): the input line's
+Every output line records two fingerprints (cluster/batch/records.py): the input line's
 (`BatchRow.fingerprint`, a hash of its canonical JSON) and the config's (`config_fingerprint`: what
 shapes an answer: the model as configured and its `config.json` / `generation_config.json`, the
 speculator, each pool's `engine_kwargs`, `server.max_n`). On a re-run, `plan_resume` matches each
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from cluster.batch_output import OutputRecord, row_key
-from cluster.batch_rows import BatchRow, RowError
+from cluster.batch.records import OutputRecord, row_key
+from cluster.batch.rows import BatchRow, RowError
 from core import SpecserveConfig, resolve_path
 
 _MODEL_FILES = ("config.json", "generation_config.json")  # sampling defaults live in the latter

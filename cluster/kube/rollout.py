@@ -7,8 +7,8 @@ from __future__ import annotations
 import sys
 import time
 
-from cluster import kube_status
-from cluster.kube_client import Kube
+from cluster.kube import status as kube_status
+from cluster.kube.client import Kube
 
 EXIT_FAILED = 1
 

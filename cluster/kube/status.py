@@ -132,7 +132,7 @@ def _serving(svc: dict) -> bool:
     return bool(apps) and all(a.get("status") == APP_RUNNING for a in apps.values())
 
 
-def describe_cluster(svc: dict) -> str:
+def _describe_cluster(svc: dict) -> str:
     """One line: a cluster's state, ready workers and whatever is not running yet."""
     cstat = svc.get("rayClusterStatus") or {}
     parts = [f"state {cstat.get('state') or 'not ready'}", f"workers {_workers(cstat)} ready"]
@@ -154,12 +154,12 @@ def upgrade_verdict(obj: dict, old_active: str | None, generation: int) -> Verdi
     pending = status.get("pendingServiceStatus") or {}
     if pending.get("rayClusterName"):
         return Verdict(False, f"pending RayCluster {pending['rayClusterName']}: "
-                              f"{describe_cluster(pending)}")
+                              f"{_describe_cluster(pending)}")
     name = active.get("rayClusterName")
     if not name:
         return Verdict(False, "no active RayCluster yet")
     if condition(obj, "Ready").get("status") != "True" or not _serving(active):
-        return Verdict(False, f"active RayCluster {name}: {describe_cluster(active)}")
+        return Verdict(False, f"active RayCluster {name}: {_describe_cluster(active)}")
     how = "new RayCluster" if old_active and name != old_active else "RayCluster"
     return Verdict(True, f"{how} {name} serves generation {generation}")
 
@@ -171,7 +171,7 @@ def stuck_reason(obj: dict, old_active: str | None, waited_s: float) -> str:
     active = (status.get("activeServiceStatus") or {}).get("rayClusterName")
     if pending.get("rayClusterName"):
         why = (f"pending RayCluster {pending['rayClusterName']} did not become ready in "
-               f"{waited_s:.0f} s: {describe_cluster(pending)}")
+               f"{waited_s:.0f} s: {_describe_cluster(pending)}")
     else:
         why = f"no new RayCluster serves after {waited_s:.0f} s: " + upgrade_verdict(
             obj, old_active, 0).detail

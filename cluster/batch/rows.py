@@ -12,7 +12,7 @@ same request models the online endpoint uses; the driver then runs the online ro
 Each row carries its `fingerprint`: the first 16 hex digits of the SHA-256 of the line's JSON
 object in canonical form (sorted keys, no spaces; the stripped text when it is not JSON), so
 whitespace and key order do not count and any change of value does. The output records it beside
-each answer (cluster/batch_resume.py).
+each answer (cluster/batch/resume.py).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class Endpoint(enum.Enum):
 ENDPOINTS = {"/v1/completions": Endpoint.COMPLETIONS, "/v1/chat/completions": Endpoint.CHAT}
 _REQUEST_MODELS = {Endpoint.COMPLETIONS: CompletionRequest, Endpoint.CHAT: ChatCompletionRequest}
 # Error codes of rows that are keyed by line number, not custom_id, in the output (see
-# cluster/batch_output.py): a malformed line has no usable custom_id, and a duplicate's custom_id
+# cluster/batch/records.py): a malformed line has no usable custom_id, and a duplicate's custom_id
 # belongs to its first occurrence.
 LINE_KEYED_CODES = frozenset({"invalid_json", "invalid_custom_id", "duplicate_custom_id"})
 

@@ -21,18 +21,18 @@ import yaml
 from core import (ConfigError, PoolConfig, SpecserveConfig, WorkerGroupConfig,
                   serve_autoscaling_policy)
 from cluster.commented_yaml import Default, Doc, dump, plain
-from cluster.kube_pods import head_spec, key_envs, worker_group
+from cluster.kube.pods import head_spec, key_envs, worker_group
 
 SERVE_APP_NAME = "specserve"
 POOLS = ("vanilla", "speculative")
-MANIFESTS_DIR = Path(__file__).resolve().parent.parent / "manifests"
+MANIFESTS_DIR = Path(__file__).resolve().parents[2] / "manifests"
 
 
 def check_fit(cfg: SpecserveConfig) -> None:
     """Refuses pools that their worker pods cannot host, and model paths outside the models volume.
 
-    A pool's largest size is `autoscaling.<pool>.max_replicas` when autoscaling is on (the policy
-    may grow it that far), else its `num_replicas`.
+    A pool's largest size is `SpecserveConfig.most_replicas`: `autoscaling.<pool>.max_replicas`
+    when autoscaling is on (the policy may grow it that far), else its `num_replicas`.
 
     Raises:
         ConfigError: one line per problem, each naming its field.
@@ -42,13 +42,13 @@ def check_fit(cfg: SpecserveConfig) -> None:
         pool, group = getattr(cfg, name), getattr(cfg.kubernetes.workers, name)
         where = f"kubernetes.workers.{name}"
         try:
-            per_pod = replicas_per_pod(name, pool, group)
+            per_pod = _replicas_per_pod(name, pool, group)
         except ValueError as e:
             errors.append(str(e))
             continue
-        field, most = f"{name}.num_replicas", pool.num_replicas
-        if cfg.autoscaling.enabled and name in cfg.pools():
-            field, most = f"autoscaling.{name}.max_replicas", cfg.autoscaling.pool(name).max_replicas
+        most = cfg.most_replicas(name)
+        field = f"autoscaling.{name}.max_replicas" if cfg.autoscaling.enabled and \
+            name in cfg.pools() else f"{name}.num_replicas"
         pods = math.ceil(most / per_pod)
         if pods > group.max_replicas:
             errors.append(f"{where}.max_replicas: {field} {most} needs {pods} pods of "
@@ -68,7 +68,7 @@ def check_fit(cfg: SpecserveConfig) -> None:
         raise ConfigError("\n".join(errors))
 
 
-def replicas_per_pod(name: str, pool: PoolConfig, group: WorkerGroupConfig) -> int:
+def _replicas_per_pod(name: str, pool: PoolConfig, group: WorkerGroupConfig) -> int:
     """Serve replicas of `pool` one worker pod holds: GPUs / tp on GPU, CPUs / (tp + 1) on CPU.
 
     A replica's placement group is tp bundles of one GPU (or CPU), the first one also holding the
@@ -118,7 +118,7 @@ def cluster_spec(cfg: SpecserveConfig, *, batch: bool = False, stamp: str | None
     groups = []
     for name in POOLS:
         pool, group = getattr(cfg, name), getattr(kube.workers, name)
-        pods = math.ceil(pool.num_replicas / replicas_per_pod(name, pool, group))
+        pods = math.ceil(pool.num_replicas / _replicas_per_pod(name, pool, group))
         groups.append(worker_group(kube, name, group, pool.accelerator == "gpu",
                                    replicas=max(pods, group.min_replicas),
                                    serve_port=cfg.server.port, stamp=stamp,
@@ -160,7 +160,7 @@ def cluster_spec(cfg: SpecserveConfig, *, batch: bool = False, stamp: str | None
     }
 
 
-def serve_stamp(cfg: SpecserveConfig) -> str | None:
+def _serve_stamp(cfg: SpecserveConfig) -> str | None:
     """Hash of serveConfigV2 stamped on the pod templates (see `new_cluster_on_serve_change`)."""
     if not cfg.kubernetes.new_cluster_on_serve_change:
         return None
@@ -194,12 +194,12 @@ def rayservice(cfg: SpecserveConfig) -> dict:
             "serveConfigV2": Doc("Serve applications (Ray Serve config file format), applied "
                                  "to the cluster's dashboard by KubeRay.", serve_config(cfg)),
             "rayClusterConfig": Doc("The RayCluster KubeRay creates (and re-creates on upgrade).",
-                                    cluster_spec(cfg, stamp=serve_stamp(cfg))),
+                                    cluster_spec(cfg, stamp=_serve_stamp(cfg))),
         },
     }
 
 
-def batch_entrypoint(cfg: SpecserveConfig, input_path: str, output_path: str) -> str:
+def _batch_entrypoint(cfg: SpecserveConfig, input_path: str, output_path: str) -> str:
     return cfg.kubernetes.batch.entrypoint.format(input=shlex.quote(input_path),
                                                    output=shlex.quote(output_path))
 
@@ -219,7 +219,7 @@ def rayjob(cfg: SpecserveConfig, name: str | None = None, input_path: str | None
                         _metadata(cfg, name or f"{cfg.kubernetes.name}-batch", "batch")),
         "spec": {
             "entrypoint": Doc("Driver command, run on the head by `ray job submit`.",
-                              batch_entrypoint(cfg, input_path or batch.input,
+                              _batch_entrypoint(cfg, input_path or batch.input,
                                                output_path or batch.output)),
             "runtimeEnvYAML": Doc("The driver's runtime env: the config (its fields set in "
                                   "the file) as JSON, read by the batch entrypoint.", runtime_env),
@@ -271,7 +271,7 @@ def render(cfg: SpecserveConfig, source: str, kind: str = "rayservice") -> str:
     return dump(obj, header(source, "RayService" if kind == "rayservice" else "RayJob", gpu))
 
 
-def manifest_paths(variant: str, out_dir: Path = MANIFESTS_DIR) -> dict[str, Path]:
+def _manifest_paths(variant: str, out_dir: Path = MANIFESTS_DIR) -> dict[str, Path]:
     return {"rayservice": out_dir / f"ray-service.{variant}.yaml",
             "rayjob": out_dir / f"ray-job.{variant}.yaml"}
 
@@ -281,7 +281,7 @@ def render_all(out_dir: Path = MANIFESTS_DIR) -> dict[Path, tuple[str, str]]:
     out = {}
     for config in sorted((MANIFESTS_DIR / "configs").glob("*.yaml")):
         cfg, source = SpecserveConfig.from_yaml(config), f"manifests/configs/{config.name}"
-        for kind, path in manifest_paths(config.stem, out_dir).items():
+        for kind, path in _manifest_paths(config.stem, out_dir).items():
             out[path] = (render(cfg, source, kind), source)
     return out
 
