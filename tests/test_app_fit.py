@@ -12,6 +12,7 @@ import sys
 
 PROBE = """
 import ray
+from core import ConfigError
 from deployments.app import build_app
 ray.init(num_cpus={cpus}, include_dashboard=False, log_to_driver=False)
 try:
@@ -59,6 +60,7 @@ def test_labels_a_one_node_ray_lacks_are_refused_naming_the_field():
 
 OPTIONS_PROBE = """
 import json
+from core import DEFAULT_CONFIG_PATH, SpecserveConfig
 from deployments.pools import llm_config
 from ray.llm._internal.serve.core.server.llm_server import LLMServer
 cfg = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH)
