@@ -167,6 +167,13 @@ class RouteDecider:
         moved to another pool with room; None when no pool it may take has room."""
         return admit(decision, loads, self.cfg.server.max_in_flight_per_replica, sequences)
 
+    def retry_route(self, failed: Route, decision: Decision) -> Route:
+        """Where a request goes after `failed` lost it: another pool it may run on when one is
+        available, else the same pool (Serve picks another of its replicas, if any)."""
+        others = [p for p in self.pools if p != failed and decision.may_run_on(p)
+                  and (self.health is None or self.health.available(p))]
+        return others[0] if others else failed
+
     def learn(self, features: RequestFeatures, payload: dict) -> None:
         """Folds a speculative response's `metrics.speculative_decoding.acceptance_histogram`
         (vLLM engine flag `per_request_spec_decode_metrics`) into the acceptance estimates.

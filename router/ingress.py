@@ -34,7 +34,7 @@ from router.body_limit import BodyLimit
 from router.decider import RouteDecider, route_headers
 from router.errors import RequestError, error_response, install_error_handlers
 from router.metrics import CONTENT_TYPE, RouterMetrics
-from router.policy import Decision, RequestFeatures, Unroutable, refusal
+from router.policy import RequestFeatures, Unroutable, refusal
 from router.pool_view import REPLICA_FAILURES, PoolHealth, PoolLost, await_unless_gone
 from router.streaming import RelayedStream, guard_stream, relay_usage, wants_usage
 from router.validation import request_sequences
@@ -118,13 +118,6 @@ class SpecserveIngress(AdminEndpoints, OpenAiIngress):
 
     def _get_configured_serve_handle(self, model_id: str) -> DeploymentHandle:
         return self._handles[_ROUTE.get()]
-
-    def _retry_route(self, failed: Route, decision: Decision) -> Route:
-        """Where a request goes after `failed` lost it: another pool it may run on when one is
-        up, else the same pool (Serve picks another of its replicas, if any)."""
-        others = [p for p in self._handles if p != failed and decision.may_run_on(p)
-                  and self._health.available(p)]
-        return others[0] if others else failed
 
     async def _forward(self, body, call_method: str, raw_request: Request | None,
                        route: Route, sequences: int) -> Response:
@@ -217,7 +210,7 @@ class SpecserveIngress(AdminEndpoints, OpenAiIngress):
                 return error_response(e.status_code, e.message, headers=headers)
             except (*REPLICA_FAILURES, PoolLost) as e:
                 self._health.failed(route)
-                retry = self._retry_route(route, decision)
+                retry = self._decider.retry_route(route, decision)
                 logger.warning(json.dumps({"event": "replica_failure", "route": route,
                                            "attempt": attempt, "error": type(e).__name__,
                                            "retry_route": retry if attempt == 1 else None}))
@@ -242,7 +235,7 @@ class SpecserveIngress(AdminEndpoints, OpenAiIngress):
                                  status_code=response.status_code, headers=dict(response.headers),
                                  media_type=response.media_type)
         if route == "speculative" and isinstance(response, JSONResponse):
-            self._learn(json.loads(response.body), features)
+            self._decider.learn(features, json.loads(response.body))
         return response
 
     def _not_woken(self, pool: Route, features: RequestFeatures) -> Response:
@@ -254,17 +247,14 @@ class SpecserveIngress(AdminEndpoints, OpenAiIngress):
             headers={"Retry-After": str(self._cfg.server.retry_after_s),
                      "x-specserve-route": pool, "x-specserve-reason": "pool_scaled_to_zero"})
 
-    def _learn(self, payload: dict, features: RequestFeatures) -> None:
-        self._decider.learn(features, payload)
-
     async def _relay(self, packets, route: Route, features: RequestFeatures, keep_usage: bool):
         """Streams SSE packets through; learns from the usage event and drops it unless the
         client asked for it (`relay_usage`); a pool failure mid-stream ends it with an OpenAI
         error event (`guard_stream`). A client that goes away closes this generator, which
         cancels the pool's request (vLLM aborts it in the engine)."""
         guarded = guard_stream(packets, route, self._stream_failed)
-        relayed = relay_usage(guarded, keep_usage, functools.partial(self._learn,
-                                                                    features=features))
+        relayed = relay_usage(guarded, keep_usage,
+                              functools.partial(self._decider.learn, features))
         try:
             async for packet in relayed:
                 yield packet
