@@ -37,14 +37,11 @@ from pathlib import Path
 
 import httpx
 
-from bench.loadgen import closed_loop, poisson
+from bench.cells import measure_app, measure_decision_latency, measure_overhead
 from bench.report import write_report
-from bench.summary import Slo, percentile, summarize
-from bench.workload import jobs
 from core import DEFAULT_CONFIG_PATH, SpecserveConfig, models_dir
 
 CHECKPOINTS = {"draft_model": "draft", "eagle3": "eagle3", "eagle": "eagle", "medusa": "medusa"}
-RATE_FRACTIONS = (0.3, 0.6, 0.9)  # Poisson rates as fractions of vanilla's measured capacity
 
 
 @dataclass
@@ -86,129 +83,6 @@ def available_methods(methods: list[str]) -> list[str]:
         else:
             print(f"skipping {m}: no checkpoint at {models_dir() / CHECKPOINTS[m]}", flush=True)
     return out
-
-
-def alternating(model: str, seed: int, routes: tuple[str, ...]):
-    """Mixed-workload jobs whose `route` cycles through `routes` (a closed loop then keeps about
-    as many requests in flight on each)."""
-    streams = [jobs("mixed", model, seed + i, route) for i, route in enumerate(routes)]
-    while True:
-        for s in streams:
-            yield next(s)
-
-
-async def measure_app(url: str, app: App, args, rates: list[float] | None,
-                      model: str, machine: bool = False) -> dict:
-    """Runs every cell for every system of `app`; returns {cell: {system: summary}}.
-
-    Args:
-        rates: Poisson rates (req/s); None: fractions of the first system's measured capacity
-            (returned under "poisson_rates_req_s").
-        machine: also the "machine@c<N>" cell at `--machine-concurrency`: every request on the
-            vanilla pool ("one-pool") against requests alternating between both ("both-pools").
-    """
-    slo = Slo(args.ttft_slo_ms / 1000, args.tpot_slo_ms / 1000)
-    cells: dict[str, dict] = {}
-    limits = httpx.Limits(max_connections=1024, max_keepalive_connections=1024)
-    async with httpx.AsyncClient(base_url=url, timeout=900, limits=limits) as client:
-        for name, route in app.systems.items():  # warm-up: compile shapes, learn acceptance
-            await closed_loop(client, jobs("mixed", model, 99, route), 4, args.warmup)
-
-        async def cell(key: str, run) -> None:
-            for i, (name, route) in enumerate(app.systems.items()):
-                samples, wall = await run(route, i)
-                cells.setdefault(key, {})[name] = summarize(samples, wall, slo)
-                print(f"{key:>14} {name:>24}: {_line(cells[key][name])}", flush=True)
-
-        await cell("code@c1", lambda route, i: closed_loop(
-            client, jobs("code", model, 1, route), 1, args.code_requests))
-        for c in args.concurrency:
-            n = max(args.min_requests, args.requests_per_slot * c)
-            await cell(f"mixed@c{c}", lambda route, i, c=c, n=n: closed_loop(
-                client, jobs("mixed", model, 2 + c, route), c, n))
-        if machine:
-            c = args.machine_concurrency
-            n = max(args.min_requests, args.requests_per_slot * c)
-            for name, routes in (("one-pool", ("vanilla",)),
-                                 ("both-pools", ("vanilla", "speculative"))):
-                samples, wall = await closed_loop(client, alternating(model, 70, routes), c, n)
-                cells.setdefault(f"machine@c{c}", {})[name] = summarize(samples, wall, slo)
-                print(f"machine@c{c:<6} {name:>24}: {_line(cells[f'machine@c{c}'][name])}",
-                      flush=True)
-        if rates is None:  # fractions of the first system's capacity, measured by the sweep
-            first = next(iter(app.systems))
-            capacity = max(cells[f"mixed@c{c}"][first]["requests"] /
-                           cells[f"mixed@c{c}"][first]["wall_s"] for c in args.concurrency)
-            rates = [round(f * capacity, 2) for f in RATE_FRACTIONS]
-            cells["poisson_rates_req_s"] = rates
-        for j, rate in enumerate(rates):
-            await cell(f"poisson@{rate:.2f}", lambda route, i, rate=rate, j=j: poisson(
-                client, jobs("mixed", model, 50 + j, route), rate, args.poisson_requests, seed=j))
-    return cells
-
-
-def _line(s: dict) -> str:
-    return (f"{s['output_tok_s']:8.1f} tok/s  TTFT p50 {s['ttft_p50_ms']} ms  TPOT p50 "
-            f"{s['tpot_p50_ms']} p99 {s['tpot_p99_ms']} ms  goodput {s['goodput_req_s']} req/s  "
-            f"errors {s['errors']}  routes {s['route_mix']}")
-
-
-async def measure_overhead(url: str, model: str, n: int, concurrency: int = 1) -> dict:
-    """Latency of 1-token non-streamed requests: specserve (route=vanilla) vs the stock ingress
-    on the same vanilla pool, in alternating rounds of `concurrency` concurrent requests per path
-    until each has `n`; overhead = difference of the percentiles (ms)."""
-    body = {"model": model, "prompt": "def f(x):", "max_tokens": 1, "temperature": 0}
-    lat: dict[str, list[float]] = {"specserve": [], "direct": []}
-    limits = httpx.Limits(max_connections=2 * concurrency + 8)
-
-    async def one(client, path, extra) -> float:
-        t0 = time.perf_counter()
-        r = await client.post(path, json={**body, **extra})
-        r.raise_for_status()
-        return time.perf_counter() - t0
-
-    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
-        rounds = -(-n // concurrency)
-        for i in range(rounds + 1):
-            for name, path, extra in (("specserve", "/v1/completions", {"route": "vanilla"}),
-                                      ("direct", "/direct/v1/completions", {})):
-                times = await asyncio.gather(*(one(client, path, extra)
-                                               for _ in range(concurrency)))
-                if i > 0:  # the first round warms both paths up
-                    lat[name] += times
-    out = {f"{name}_p{q}_ms": round(1000 * percentile(v, q), 2)
-           for name, v in lat.items() for q in (50, 99)}
-    for q in (50, 99):
-        out[f"overhead_p{q}_ms"] = round(out[f"specserve_p{q}_ms"] - out[f"direct_p{q}_ms"], 2)
-    out["requests"], out["concurrency"] = len(lat["direct"]), concurrency
-    return out
-
-
-def measure_decision_latency(cfg: SpecserveConfig, n: int = 2000) -> dict:
-    """In-process time of one route decision (features, classifier, policy) on mixed-workload
-    bodies with step times loaded, p50/p99 in microseconds: the router's own CPU cost per request.
-    """
-    import itertools
-
-    from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionRequest
-
-    from core import PoolStats
-    from router.decider import RouteDecider
-    from router.policy import PoolLoad
-
-    decider = RouteDecider(cfg, ["vanilla", "speculative"])
-    decider.speedup_model.update_pools({"vanilla": PoolStats(profile={1: 0.01, 64: 0.1}),
-                                        "speculative": PoolStats(profile={1: 0.02, 64: 0.4})})
-    loads = {"vanilla": PoolLoad(1, 3), "speculative": PoolLoad(1, 2)}
-    bodies = [(ChatCompletionRequest if "messages" in j.body else CompletionRequest)(**j.body)
-              for j in itertools.islice(jobs("mixed", cfg.model.served_model_name, 7), n)]
-    times = []
-    for body in bodies:
-        t0 = time.perf_counter()
-        decider.decide(body, loads)
-        times.append(time.perf_counter() - t0)
-    return {"decisions": n, "p50_us": round(1e6 * percentile(times, 50), 1),
-            "p99_us": round(1e6 * percentile(times, 99), 1)}
 
 
 def _vllm_pids() -> set[int]:
