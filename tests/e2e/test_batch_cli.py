@@ -18,7 +18,7 @@ from cluster.batch_output import OutputFile, response_record
 from cluster.batch_resume import config_fingerprint
 from cluster.batch_rows import read_rows
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MODEL = "specserve-tiny"
 
 
