@@ -3,7 +3,7 @@
 - tests/unit: pure, fast tests: no model build, no Ray, no vLLM engine, no server, under a
   minute in all (`pytest tests/unit`);
 - tests/integration: real parts: the model lab, vLLM engines, a local Ray, the kube-apiserver (and
-  the autoscaling simulator's simulated day, pure but minutes of CPU);
+  what is slow though pure: the autoscaling simulator's day, real-time waits for an absent head);
 - tests/e2e: through a served application's HTTP, `ray job submit`, the CLI as a user runs it.
 
 Each test gets its folder's marker (`unit`, `integration`, `e2e`). The fixtures that build models

@@ -1,13 +1,10 @@
-"""Waiting for a head that is not up: the submitter of `specserve batch --submit`
-(cluster/batch_submit.py) and a direct run's connect (cluster/batch_app.py)."""
+"""The job `specserve batch --submit` submits (cluster/batch_submit.py): its flags, paths
+rewritten (pure). Waiting for a head that is not up, in real time:
+tests/integration/test_batch_submit_live.py."""
 
 from __future__ import annotations
 
 import argparse
-import socket
-import time
-
-import pytest
 
 from cluster.batch import add_arguments, log
 from cluster.batch_app import ClusterUnavailable, wait_for_port
@@ -28,28 +25,3 @@ def test_job_flags_drop_submit_and_rewrite_paths(tmp_path, monkeypatch):
         "--input", "bench/prompts/x.jsonl",        # travels with the working dir
         "--output", str(tmp_path / "out.jsonl"),  # absolute: never into the working dir
         "--config", "/etc/c.yaml", "--max-in-flight", "8"]
-
-
-def test_submitter_waits_for_a_head_that_is_not_up_then_says_so(capsys):
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    argv = ["--submit", f"http://127.0.0.1:{port}", "--input", "in.jsonl", "--output", "o.jsonl",
-            "--wait-s", "6"]
-    t0 = time.monotonic()
-    assert submit(parse(argv), argv) == 1
-    out = capsys.readouterr().out
-    assert time.monotonic() - t0 >= 5
-    assert "is not up yet" in out and "retrying every 5 s" in out
-    assert "did not answer within 6 s (--wait-s)" in out
-
-
-def test_direct_run_waits_for_a_head_that_is_not_up_then_says_so(capsys):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    t0 = time.monotonic()
-    with pytest.raises(ClusterUnavailable, match=f"127.0.0.1:{port} not reachable after 6 s"):
-        wait_for_port("127.0.0.1", port, 6, log)
-    assert time.monotonic() - t0 >= 5
-    assert "is not reachable yet" in capsys.readouterr().out
