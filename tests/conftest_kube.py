@@ -1,7 +1,8 @@
-"""Fixtures for the KubeRay tests: one real API server per session, a fresh namespace per test.
+"""Fixtures for the KubeRay tests: one real API server per session, a fresh namespace per test
+(taken by tests/integration/conftest.py), and the CRDs' JSON Schemas (tests/unit/conftest.py).
 
-Loaded from tests/conftest.py (`pytest_plugins`). Without the API server, etcd or the CRDs the
-tests that need them skip, saying what is missing and how to get it (tests/kubeapi.py).
+Without the API server, etcd or the CRDs the tests that need them skip, saying what is missing and
+how to get it (tests/kubeapi.py).
 """
 
 from __future__ import annotations

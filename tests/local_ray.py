@@ -10,6 +10,9 @@ import pytest
 
 from deployments.cores import CORES_DIR_ENV
 
+# True while the session's Ray is up (tests/session_app.py `serve_instance`).
+SESSION_RAY = {"up": False}
+
 
 def start_own_ray(num_cpus: int) -> None:
     """`ray.init` for an `own_ray` module, with a clear error where this process is already

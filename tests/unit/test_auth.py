@@ -1,6 +1,6 @@
 """API keys as pure functions (router/auth.py: `ApiKeys`, `access`, `route_path`) and in the
 rendered KubeRay manifests (only secretKeyRefs). The HTTP behaviour is tested on the deployed
-application in tests/test_security.py."""
+application in tests/e2e/test_security.py."""
 
 from __future__ import annotations
 

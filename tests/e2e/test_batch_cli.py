@@ -21,7 +21,7 @@ from cluster.batch.records import response_record
 from cluster.batch.resume import config_fingerprint
 from cluster.batch.rows import read_rows
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MODEL = "specserve-tiny"
 
 

@@ -4,7 +4,7 @@ A ramp of streaming requests scales the vanilla pool from 1 to 2 replicas; when 
 (the last requests were long streams, ../shared/cases #8) it returns to 1 within the downscale
 delay. The policy is shown to be invoked: its call count and decision events, with reasons, are
 read from the application's StatsBoard (deployments/autoscaler.py). The replica timeline is
-printed (run with -s). Do not run next to tests/conftest.py's session app: it starts and stops
+printed (run with -s). Do not run next to tests/session_app.py's session app: it starts and stops
 its own cluster (run it alone, under the heavy lock).
 """
 

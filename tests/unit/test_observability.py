@@ -1,7 +1,7 @@
 """The dashboard, its manifests and the panel catalog without an application (under a second):
 committed files match what the code renders, the dashboard carries every catalog panel, every
 panel's PromQL parses (promtool), and the PodMonitors scrape ports the RayService's pods name.
-Every query on live series: tests/test_observability_live.py."""
+Every query on live series: tests/e2e/test_observability_live.py."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ streams, a 400, a 404 and a 429).
 
 Each panel query and each rule's two sides must return series, every value finite and in its
 unit's range: a typo'd metric or label name returns nothing and fails here. The two panels on the
-autoscaling policy's series are checked where the policy runs, in tests/test_autoscaling_live.py
+autoscaling policy's series are checked where the policy runs, in tests/e2e/test_autoscaling_live.py
 (the session app has fixed pools). Prometheus itself
 must evaluate every rule without error, and the main panels must render as PNGs. With
 `SPECSERVE_PANELS_PNG_DIR` set the PNGs are kept there (the README's) and the traffic runs
@@ -36,7 +36,7 @@ pytestmark = [pytest.mark.serve,
 WINDOW = "3m"  # rate window of the panels here: covers the traffic and Ray's 10 s refresh
 SETTLE_S = 120  # Ray's export lags the traffic by up to ~10-20 s
 MAX_TOKENS = 24
-CAP = 32  # tests/conftest.py MAX_IN_FLIGHT_PER_REPLICA: one replica per pool
+CAP = 32  # tests/session_app.py MAX_IN_FLIGHT_PER_REPLICA: one replica per pool
 PNG_DIR = os.environ.get("SPECSERVE_PANELS_PNG_DIR")
 PNG_ROUNDS = 4
 LABELS = {"pool", "deployment", "route", "reason", "task", "temperature", "position",
@@ -100,7 +100,7 @@ def _errors_and_overload(client: httpx.Client, model: str) -> None:
 
 def _queries() -> dict[str, tuple[str, str]]:
     """{id: (expr, unit)} of every panel query (but the autoscaling policy's: this app runs
-    without it; tests/test_autoscaling_live.py checks those) and both sides of every rule."""
+    without it; tests/e2e/test_autoscaling_live.py checks those) and both sides of every rule."""
     out = panel_queries(WINDOW, autoscaled=False)
     for a in ALERTS:
         out[f"{a.name}.signal"] = (a.signal, "")

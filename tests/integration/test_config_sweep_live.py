@@ -9,7 +9,8 @@ and Serve's own start-time checks, run here without starting an engine:
 
 Two vLLM checks run only once the engine starts (DraftModelProposer's draft TP, Medusa's missing
 heads at weight loading): those rows say so. The list of what is checked where lives in
-core/config.py's module docstring.
+core/config.py's module docstring. The batch-size schedule (vLLM's own validator, pure):
+tests/unit/test_config_sweep.py.
 """
 
 from __future__ import annotations
@@ -21,10 +22,9 @@ import warnings
 import pytest
 from ray.serve.config import AutoscalingConfig as ServeAutoscalingConfig
 from vllm.engine.arg_utils import AsyncEngineArgs
-from vllm.v1.spec_decode.dynamic.utils import validate_and_normalize_dynamic_sd_schedule
 
 from core import DEFAULT_CONFIG_PATH, ConfigError, SpecserveConfig, models_dir
-from conftest import DRAFT_SPECULATOR
+from tests.session_app import DRAFT_SPECULATOR
 from deployments.app import build_app_from_config, load_config
 from deployments.pools import llm_config
 
@@ -208,22 +208,3 @@ def test_refused_config_names_the_field_and_vllm_refuses_it_too(short_draft, cha
         else:
             kwargs[key] = value
     assert _vllm_error(kwargs) is not None, "vLLM accepts what specserve refuses"
-
-
-@pytest.mark.parametrize("schedule", [
-    [[1, 8, 4], [9, 64, 2], [65, 1024, 0]], [[1, 1, 3]], [[9, 64, 2], [1, 8, 4]],  # valid
-    [], [[2, 8, 4]], [[1, 8, 4], [8, 16, 2]], [[1, 8, -1]], [[0, 8, 4]], [[1, 8, 4], [6, 4, 1]],
-])
-def test_batch_size_schedule_is_refused_exactly_when_vllms_scheduler_refuses_it(schedule):
-    """`num_speculative_tokens_per_batch_size`: vLLM checks it when the scheduler starts."""
-    try:
-        validate_and_normalize_dynamic_sd_schedule(schedule)
-        vllm_ok = True
-    except ValueError:
-        vllm_ok = False
-    data = _data(speculative__speculator__num_speculative_tokens_per_batch_size=schedule)
-    if vllm_ok:
-        SpecserveConfig.from_dict(data)
-    else:
-        with pytest.raises(ConfigError, match="num_speculative_tokens_per_batch_size"):
-            SpecserveConfig.from_dict(data)

@@ -3,7 +3,7 @@
 One head and one application for the module: the first job deploys the application itself
 (`specserve-batch`, kept with --keep-app) and every later job and the online comparison use it
 (the kill -9 test, last, lets its job delete it). The head is torn down at the end of the module,
-before tests/test_serving.py starts its own application (two engine sets at once would not fit
+before tests/e2e/test_serving.py starts its own application (two engine sets at once would not fit
 this machine's 2 cores). Disk-full cases write to a real small tmpfs (tests/small_fs.py).
 """
 
@@ -34,7 +34,7 @@ from deployments.cores import CORES_DIR_ENV, node_cores
 
 pytestmark = pytest.mark.serve
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PORT = int(os.environ.get("SPECSERVE_BATCH_TEST_PORT", "8200"))
 MODEL = "specserve-tiny"
 CODE = ["def fibonacci(n):\n    ", "import os\nimport sys\n\n\ndef main(argv):\n",
@@ -66,8 +66,8 @@ def read_output(path: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def models(request) -> str:
-    """The model lab's folder: used as built (a smoke lab too); built by conftest's `lab` if
-    absent."""
+    """The model lab's folder: used as built (a smoke lab too); built by tests/session_app.py's
+    `lab` if absent."""
     if (models_dir() / "manifest.json").is_file():
         return str(models_dir())
     return request.getfixturevalue("lab")

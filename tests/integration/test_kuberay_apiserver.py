@@ -1,7 +1,7 @@
 """`specserve cluster` against a real kube-apiserver with the KubeRay v1.7.0 CRDs.
 
 The API server validates (server-side dry run, 422s), applies (field managers, conflicts), stores
-and watches for real; `FakeKubeRay` (tests/kubeapi.py) writes `status` as the operator would.
+and watches for real; `FakeKubeRay` (tests/fakes/kuberay.py) writes `status` as the operator would.
 Each test runs in its own namespace. Skips without the API server, etcd or the CRDs.
 """
 
@@ -19,7 +19,7 @@ from kubernetes import client
 
 from cluster import cli
 from cluster.kube.render import MANIFESTS_DIR
-from kubeapi import FakeKubeRay, set_rayjob_status
+from fakes.kuberay import FakeKubeRay, set_rayjob_status
 
 GPU_CONFIG = str(MANIFESTS_DIR / "configs" / "gpu.yaml")
 MANIFESTS = sorted(MANIFESTS_DIR.glob("ray-*.yaml"))

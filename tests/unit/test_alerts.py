@@ -1,7 +1,7 @@
 """The alert rules (cluster/observability/alerts.py) with a real `promtool`: the rendered rule file
 passes `promtool check rules`, and `promtool test rules` shows each alert firing on its scenario,
 with its summary rendered, and staying silent on a healthy one (synthetic series, no application;
-under a second). The same rules on live series: tests/test_observability_live.py."""
+under a second). The same rules on live series: tests/e2e/test_observability_live.py."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@
 - a StatsBoard restart does not cancel a request in flight nor lose the pin; a redeploy does
   lose the pin.
 
-Its own cluster and app: run it alone, under the heavy lock (tests/test_autoscaling_live.py).
+Its own cluster and app: run it alone, under the heavy lock (tests/e2e/test_autoscaling_live.py).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ own path (`deployments.app.build_app_from_config`, as `specserve serve` and the 
 served under a route prefix next to the session's application.
 
 The application: one vanilla replica (the speculative pool at 0 replicas), inference and admin
-keys from the Ray processes' environment (tests/conftest.py `TEST_API_KEYS`), a body limit of
+keys from the Ray processes' environment (tests/session_app.py `TEST_API_KEYS`), a body limit of
 1 MiB, 8 sequences in flight per replica and per request.
 """
 
@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from core import DEFAULT_CONFIG_PATH, SpecserveConfig
-from conftest import TEST_PORT
+from tests.session_app import TEST_PORT
 
 pytestmark = pytest.mark.serve
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from core import DEFAULT_CONFIG_PATH, STALE_AFTER_S, EngineStats, SpecserveConfig, StatsBoard
+from fakes.actor_handle import FakeBoardHandle
 from router.decider import RouteDecider
 
 Board = StatsBoard.__ray_actor_class__  # the actor's class, without Ray
@@ -46,32 +47,11 @@ def test_snapshot_says_the_board_age_and_a_stopped_replica_leaves_at_once():
     assert board.snapshot().pools == {}
 
 
-class _Remote:
-    def __init__(self, fn):
-        self._fn = fn
-
-    def remote(self, *args):
-        result = self._fn(*args)
-        future = asyncio.get_running_loop().create_future()
-        future.set_result(result)
-        return future
-
-
-class _BoardHandle:
-    """An actor handle's `.method.remote(...)` over a local board."""
-
-    def __init__(self, board):
-        self.board = board
-
-    def __getattr__(self, name):
-        return _Remote(getattr(self.board, name))
-
-
 def test_the_decider_puts_its_pin_back_on_a_board_that_restarted():
     async def run():
         cfg = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH)
         decider = RouteDecider(cfg, ["vanilla", "speculative"], generation="build-1")
-        handle = _BoardHandle(Board())
+        handle = FakeBoardHandle(Board())
         decider.set_pin("vanilla")
         handle.board.set_pin("vanilla", "build-1")
         share = asyncio.ensure_future(decider.share_forever(handle, "ingress-a"))

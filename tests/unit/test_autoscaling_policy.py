@@ -9,6 +9,7 @@ from core import (DEFAULT_CONFIG_PATH, AutoscalingConfig, ConfigError, PoolScali
                   SpecserveConfig)
 from deployments.autoscaler import MEMORY_BOUND_METRIC, WAITING_METRIC, PoolAutoscaler, pool_view
 from deployments.autoscaling import PoolView, decide
+from fakes.serve_autoscaling import FakeContext, FakeDeploymentId
 
 CFG = AutoscalingConfig(enabled=True, budget_accelerators=6, upscale_delay_s=0,
                         downscale_delay_s=0, target_ongoing_requests=4, downscale_load_fraction=0.5,
@@ -119,31 +120,15 @@ def test_default_config_enables_autoscaling_starting_one_replica_per_pool():
     assert [cfg.initial_replicas(p) for p in cfg.pools()] == [1, 1]
 
 
-class _Id:
-    def __init__(self, name):
-        self.name, self.app_name = name, "app"
-
-
-class _Ctx:
-    """The attributes of Serve's AutoscalingContext the adapter reads."""
-
-    def __init__(self, n, ongoing, metrics, state=None, target=None):
-        self.current_num_replicas, self.target_num_replicas = n, n if target is None else target
-        self.running_replicas = [f"r{i}" for i in range(n)]
-        self.total_num_requests = ongoing
-        self.aggregated_metrics = metrics
-        self.policy_state = state or {}
-        self.current_time = 50.0
-
-
 def test_serve_adapter_maps_contexts_and_counts_calls():
     cfg = CFG.model_copy(update={"upscale_delay_s": 1.0})
     policy = PoolAutoscaler(cfg.model_dump(mode="json"), {"vanilla": 1, "speculative": 1})
     metrics = {WAITING_METRIC: {"r0": 0.0}, MEMORY_BOUND_METRIC: {"r0": 0.9}}
-    van, spec = _Id("vanilla"), _Id("speculative")
-    out, state = policy({van: _Ctx(1, 0, metrics), spec: _Ctx(1, 6, metrics)})
+    van, spec = FakeDeploymentId("vanilla"), FakeDeploymentId("speculative")
+    out, state = policy({van: FakeContext(1, 0, metrics), spec: FakeContext(1, 6, metrics)})
     assert out == {van: 1, spec: 1} and state[spec]["specserve"]["direction"] == "up"
-    later = [_Ctx(1, 0, metrics, state=state[van]), _Ctx(1, 6, metrics, state=state[spec])]
+    later = [FakeContext(1, 0, metrics, state=state[van]),
+             FakeContext(1, 6, metrics, state=state[spec])]
     for ctx in later:
         ctx.current_time = 51.0
     out, _ = policy({van: later[0], spec: later[1]})
@@ -151,7 +136,8 @@ def test_serve_adapter_maps_contexts_and_counts_calls():
 
 
 def test_adapter_sees_missing_metrics_of_a_running_replica():
-    ctx = _Ctx(2, 3, {WAITING_METRIC: {"r0": 1.0}, MEMORY_BOUND_METRIC: {"r0": 0.5, "r1": 0.7}})
+    ctx = FakeContext(2, 3, {WAITING_METRIC: {"r0": 1.0},
+                             MEMORY_BOUND_METRIC: {"r0": 0.5, "r1": 0.7}})
     v = pool_view(ctx, 1)
     assert v.waiting is None and v.memory_bound == pytest.approx(0.6)
 

@@ -1,7 +1,7 @@
 """`validate_request` on real request models: each refusal names its field (400).
 
 (vLLM's request models themselves refuse an empty prompt and stream_options without stream at
-parse time; tests/test_reliability.py checks those through HTTP.)"""
+parse time; tests/e2e/test_reliability.py checks those through HTTP.)"""
 
 from __future__ import annotations
 

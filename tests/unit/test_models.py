@@ -1,0 +1,64 @@
+"""Pure parts of the model lab (models/): shapes and FLOPs, the held-out split, replayed
+speculation, the learning-rate schedule, parameter checks. Tiny real builds:
+tests/integration/test_models_live.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from models.corpus import is_heldout, load_corpus
+from models.evaluation import replay_speculation
+from models.llama import flops_per_token, param_counts
+from models.params import BuildParams, LlamaShape
+from models.train import Schedule
+
+
+def test_default_draft_costs_at_most_a_fifth_of_target():
+    p = BuildParams()
+    cfg = {name: LlamaConfig(vocab_size=p.vocab_size, hidden_size=s.hidden_size,
+                             num_hidden_layers=s.num_layers, num_attention_heads=s.num_heads,
+                             num_key_value_heads=s.num_heads, intermediate_size=s.intermediate_size,
+                             tie_word_embeddings=False)
+           for name, s in (("target", p.target_shape), ("draft", p.draft_shape))}
+    assert flops_per_token(cfg["draft"]) / flops_per_token(cfg["target"]) <= 0.2
+    model = LlamaForCausalLM(cfg["draft"])
+    assert param_counts(cfg["draft"])["total"] == sum(x.numel() for x in model.parameters())
+
+
+def test_heldout_split_is_stable_and_near_fraction():
+    corpus = load_corpus()
+    assert all(f.heldout == is_heldout(f.rel_path, 0.05) for f in corpus.files)
+    share = len(corpus.heldout) / len(corpus.files)
+    assert 0.02 < share < 0.10
+    assert not any("/test/" in f"/{f.rel_path}" or "site-packages" in f.rel_path for f in corpus.files)
+
+
+def test_replay_speculation_counts_accepted_runs():
+    match = torch.tensor([True, True, False, True, True, True, True, True, False])
+    steps, accepted, at_pos = replay_speculation(match, k=4)
+    # Step 1 accepts indices 0-1, the target emits index 2; step 2 accepts 3-6 (k = 4 cap), the
+    # target emits 7; step 3 accepts nothing, the target emits 8.
+    assert (steps, accepted, at_pos) == (3, 6, [2, 2, 1, 1])
+
+
+def test_schedule_warms_up_then_decays_to_floor():
+    s = Schedule(steps=100, lr=1e-3, warmup_steps=10, min_lr_ratio=0.1)
+    assert s.lr_factor(0) == pytest.approx(0.1)
+    assert s.lr_factor(9) == pytest.approx(1.0)
+    assert s.lr_factor(100) == pytest.approx(0.1)
+    assert all(s.lr_factor(i) >= s.lr_factor(i + 1) for i in range(10, 100))
+
+
+def test_params_reject_bad_values():
+    with pytest.raises(ValueError, match="seq_len"):
+        BuildParams(seq_len=2048)
+    with pytest.raises(ValueError, match="hidden_size"):
+        LlamaShape(100, 1, 3, 64)
+    with pytest.raises(ValueError, match="target_steps"):
+        BuildParams(target_steps=-1)
+    with pytest.raises(ValueError, match="distill_prompt_formats"):
+        BuildParams(distill_prompt_formats=("raw", "system"))
+    with pytest.raises(ValueError, match="distill_temperatures"):
+        BuildParams(distill_temperatures=())
