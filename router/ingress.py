@@ -138,7 +138,7 @@ class SpecserveIngress(AdminEndpoints, OpenAiIngress):
                                route: Route, sequences: int) -> Response:
         """`_forward`, abandoned with `PoolLost` if `route`'s last replica leaves the StatsBoard
         before the response begins (a stream: its first chunk). Serve's handle would hold such a
-        request until a new replica starts, minutes for a vLLM engine (router/health.py); nothing
+        request until a new replica starts, minutes for a vLLM engine (router/pool_view.py); nothing
         has reached the client yet, so the caller may retry it on the other pool."""
         async def release(response: Response) -> None:
             if isinstance(response, StreamingResponse):

@@ -47,7 +47,7 @@ def test_forcing_a_pool_that_is_not_configured_is_an_error():
 
 
 def _measured(e_tau, spec_step, van_step):
-    """A request, idle pools, and S from measured step times (router/speedup.py's formula)."""
+    """A request, idle pools, and S from measured step times (core.specdecode.batched_speedup)."""
     return (RequestFeatures("chat", 0.0, expected_tokens=e_tau), IDLE,
             batched_speedup(e_tau, van_step, spec_step))
 
