@@ -5,34 +5,13 @@ method, the engines and the power of the check: tests/integration/test_lossless.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from tests.session_app import MAX_IN_FLIGHT_PER_REPLICA
-from bench.lossless import METHODS, PROMPTS, SETTINGS, encode, load_target
+from tests.lossless_check import ALPHA, DEPTH, model, prompt_ids, target  # noqa: F401 (module fixtures)
 
 pytestmark = pytest.mark.engine
-
-DEPTH = 4
-FAMILY_SIZE = len(METHODS) * len(PROMPTS) * len(SETTINGS)
-ALPHA = 0.01 / FAMILY_SIZE
-
-
-@pytest.fixture(scope="module")
-def target(lab) -> Path:
-    return Path(lab) / "target"
-
-
-@pytest.fixture(scope="module")
-def prompt_ids(target) -> list[list[int]]:
-    return encode(target)
-
-
-@pytest.fixture(scope="module")
-def model(target):
-    return load_target(target)
-
 
 HTTP_SAMPLES = 600
 

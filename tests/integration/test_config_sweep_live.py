@@ -15,7 +15,6 @@ tests/unit/test_config_sweep.py.
 
 from __future__ import annotations
 
-import copy
 import json
 import warnings
 
@@ -23,29 +22,11 @@ import pytest
 from ray.serve.config import AutoscalingConfig as ServeAutoscalingConfig
 from vllm.engine.arg_utils import AsyncEngineArgs
 
-from core import DEFAULT_CONFIG_PATH, ConfigError, SpecserveConfig, models_dir
-from tests.session_app import DRAFT_SPECULATOR
+from core import ConfigError, SpecserveConfig, models_dir
+from tests.config_data import BASE, config_data
 from deployments.app import build_app_from_config, load_config
 from deployments.pools import llm_config
 
-# The default config with the session application's draft-model speculator: the method most
-# checks below concern (its own checkpoint, context and draft tensor parallelism).
-BASE = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH).model_dump(mode="json", exclude={
-    "kubernetes"})
-BASE["speculative"]["speculator"] = {**DRAFT_SPECULATOR, "max_model_len": None}
-
-
-def _data(**changes) -> dict:
-    """The default config with `a__b=value` changes (dicts merged into the node)."""
-    data = copy.deepcopy(BASE)
-    for dotted, value in changes.items():
-        *parents, leaf = dotted.split("__")
-        node = data
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = {**node[leaf], **value} if isinstance(value, dict) and isinstance(
-            node.get(leaf), dict) else value
-    return data
 
 
 def _vllm_error(pool_kwargs: dict) -> str | None:
@@ -100,7 +81,7 @@ ACCEPTED = {  # boundaries that specserve accepts: vLLM's and Serve's checks mus
 
 @pytest.mark.parametrize("changes", ACCEPTED.values(), ids=ACCEPTED.keys())
 def test_accepted_config_passes_vllm_and_serve_start_checks(changes):
-    cfg = load_config(_data(**changes))
+    cfg = load_config(config_data(**changes))
     for pool in cfg.pools():
         error = _vllm_error(_engine_kwargs(cfg, pool))
         assert error is None, f"{pool}: {error}"
@@ -188,7 +169,7 @@ def test_refused_config_names_the_field_and_vllm_refuses_it_too(short_draft, cha
                                                                 vllm_changes, stage):
     changes = _fill(changes, short_draft)
     with pytest.raises(ConfigError) as e:
-        cfg = load_config(_data(**changes))
+        cfg = load_config(config_data(**changes))
         build_app_from_config(cfg, autoscale=cfg.autoscaling.enabled)  # engine_kwargs checks
     assert message in str(e.value)
     if stage == "serve":  # Ray Serve's AutoscalingConfig refuses it, or warns it soon will

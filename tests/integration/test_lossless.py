@@ -19,31 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from bench.lossless import METHODS, PROMPTS, SETTINGS, encode, fit, load_target, sample
+from bench.lossless import METHODS, SETTINGS, fit, sample
 from models.speculators_report import speculative_config
+from tests.lossless_check import ALPHA, DEPTH, model, prompt_ids, target  # noqa: F401 (module fixtures)
 
 pytestmark = pytest.mark.engine
 
 SAMPLES = 600
-DEPTH = 4
 K = 4
-FAMILY_SIZE = len(METHODS) * len(PROMPTS) * len(SETTINGS)
-ALPHA = 0.01 / FAMILY_SIZE
-
-
-@pytest.fixture(scope="module")
-def target(lab) -> Path:
-    return Path(lab) / "target"
-
-
-@pytest.fixture(scope="module")
-def prompt_ids(target) -> list[list[int]]:
-    return encode(target)
-
-
-@pytest.fixture(scope="module")
-def model(target):
-    return load_target(target)
 
 
 def spec_for(method: str, lab: str) -> dict | None:
