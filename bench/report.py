@@ -21,7 +21,7 @@ def write_report(results: dict, out: Path) -> None:
              + ", ".join(f"{k} {v['start_s']} s" for k, v in results["apps"].items()) + "  ",
              f"SLO for goodput: TTFT ≤ {results['slo']['ttft_ms']:.0f} ms and TPOT ≤ "
              f"{results['slo']['tpot_ms']:.0f} ms.", "",
-             "## Targets (issue 15: equal accelerator budget)", ""]
+             "## Targets (equal accelerator budget)", ""]
     lines += _targets(results, cells, sweep, rates)
     lines += ["", "## Closed-loop sweep, mixed workload: output tok/s (TPOT p50 / p99 ms)", "",
               "| concurrency | " + " | ".join(systems) + " |",

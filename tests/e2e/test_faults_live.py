@@ -1,6 +1,5 @@
 """Routing under faults on a real local Serve app deployed as `specserve serve` does
-(`deployments.deploy.run_app`, autoscaling policy included), both pools autoscaled 0..1
-(issue 13 #6, #7, #9):
+(`deployments.deploy.run_app`, autoscaling policy included), both pools autoscaled 0..1:
 
 - a pool scaled to zero starts when a request wants it: the request waits for it when no other
   pool may take it (`x-specserve-scaled-from-zero-s`), else goes to the other pool with reason

@@ -1,4 +1,4 @@
-"""Multi-node placement on a real Ray cluster of three local nodes (issue 20): a head (0 CPUs:
+"""Multi-node placement on a real Ray cluster of three local nodes: a head (0 CPUs:
 Serve's controller, HTTP proxy and the router) and one worker node per pool (1 CPU each, started
 with `--labels specserve.io/pool=<pool>`), the default config's application deployed on it as
 `specserve serve` does (`deployments.deploy.run_app`) with each pool's `node_labels` set:

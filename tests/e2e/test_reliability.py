@@ -1,4 +1,4 @@
-"""Faults through HTTP on the session's real pools (issue 9): bad input, client disconnects
+"""Faults through HTTP on the session's real pools: bad input, client disconnects
 (../shared/cases #4), overload, and a replica killed under load. One test per fault kind; the
 replica kill runs last in this file and waits for the pool to come back."""
 

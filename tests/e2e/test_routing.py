@@ -1,5 +1,5 @@
 """The router under load on real pools: a burst shifts requests to vanilla and they come back
-when it ends; acceptance estimates converge on a code-only stream (issue 3)."""
+when it ends; acceptance estimates converge on a code-only stream."""
 
 from __future__ import annotations
 

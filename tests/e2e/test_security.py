@@ -1,4 +1,4 @@
-"""Issue 13's security items on a deployed application with API keys on, built through the product's
+"""The security checks on a deployed application with API keys on, built through the product's
 own path (`deployments.app.build_app_from_config`, as `specserve serve` and the RayService do) and
 served under a route prefix next to the session's application.
 

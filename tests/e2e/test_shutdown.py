@@ -43,10 +43,10 @@ def _alive(p: psutil.Process) -> bool:
 
 # Ctrl-C to the whole group also interrupts the Ray processes `ray.init` started in it: in the
 # full suite (another application running beside it) `serve` then did not exit within the limit
-# (CI of 2026-11-29); it passed alone. Open bug, kept visible as a non-strict xfail.
+# (seen in CI); it passed alone. Open bug, kept visible as a non-strict xfail.
 CTRL_C_GROUP = pytest.param("group", signal.SIGINT, id="ctrl-c-group", marks=pytest.mark.xfail(
     strict=False, reason="SIGINT to the group: serve exceeded EXIT_TIMEOUT_S under a loaded "
-    "full-suite run (open bug, see the session-2 closing note)"))
+    "full-suite run (open bug)"))
 
 
 @pytest.mark.parametrize("target, sig", [
