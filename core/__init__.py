@@ -10,10 +10,9 @@ from core.acceptance import AcceptanceEstimator, temperature_bucket
 from core.autoscaling_config import (POLICY_FUNCTION, AutoscalingConfig, PoolScalingConfig,
                                      serve_autoscaling_policy)
 from core.board import StatsBoard, get_board
-from core.checkpoints import (check_checkpoints, check_speculator_matches_target,
-                              checkpoint_context, read_config_value)
+from core.checkpoints import check_checkpoints, check_speculator_matches_target, read_config_value
 from core.config import (RAY_NODE_ENV, ModelConfig, RouterConfig, ServerConfig,
-                         SpecserveConfig, format_validation_error, load_config)
+                         SpecserveConfig, load_config)
 from core.kube_config import RAY_VERSION, KubeConfig, WorkerGroupConfig
 from core.logs import use_serve_log_handlers
 from core.paths import DEFAULT_CONFIG_PATH, MODELS_DIR_ENV, models_dir, resolve_path
@@ -27,8 +26,8 @@ from core.types import ConfigError, RequestedRoute, Route, SpeculativeMethod, St
 __all__ = [
     "AcceptanceEstimator", "AutoscalingConfig", "batched_speedup",
     "BoardSnapshot", "busy_window_samples", "check_checkpoints", "check_node_labels",
-    "check_speculator_matches_target", "checkpoint_context", "ConfigError", "DEFAULT_CONFIG_PATH",
-    "EngineStats", "expected_tokens", "format_validation_error", "get_board", "KubeConfig", "load_config",
+    "check_speculator_matches_target", "ConfigError", "DEFAULT_CONFIG_PATH",
+    "EngineStats", "expected_tokens", "get_board", "KubeConfig", "load_config",
     "ModelConfig", "models_dir", "MODELS_DIR_ENV", "per_position_acceptance", "POLICY_FUNCTION",
     "PoolConfig", "PoolScalingConfig", "PoolStats", "PUSH_PERIOD_S", "RAY_NODE_ENV", "RAY_VERSION",
     "read_config_value", "RequestedRoute", "resolve_path", "Route", "RouterConfig", "RouterState",

@@ -27,7 +27,7 @@ def read_config_value(model_path: str, key: str) -> int | None:
     return data.get(key) or data.get("text_config", {}).get(key)
 
 
-def checkpoint_context(model_path: str) -> int | None:
+def _checkpoint_context(model_path: str) -> int | None:
     """The context vLLM derives from a local checkpoint: its `max_position_embeddings`; None when
     not local, absent, or RoPE-scaled (a `factor` in `rope_scaling` / `rope_parameters`, which
     vLLM applies by rope type)."""
@@ -55,7 +55,7 @@ def check_checkpoints(cfg: SpecserveConfig) -> None:
         ConfigError: one line per problem, naming the field and both values.
     """
     errors = []
-    target_len = checkpoint_context(cfg.model.path)
+    target_len = _checkpoint_context(cfg.model.path)
     if target_len is not None and cfg.model.max_model_len > target_len:
         errors.append(f"model.max_model_len: {cfg.model.max_model_len} is above the target "
                       f"checkpoint's max_position_embeddings {target_len} "
@@ -68,7 +68,7 @@ def check_checkpoints(cfg: SpecserveConfig) -> None:
                           f"num_attention_heads {heads}")
     spec = cfg.speculative.speculator
     if spec.method != "ngram" and "speculative" in cfg.pools():
-        draft_len = checkpoint_context(spec.model)
+        draft_len = _checkpoint_context(spec.model)
         if spec.max_model_len is not None and draft_len is not None and (
                 spec.max_model_len > draft_len):
             errors.append(f"speculative.speculator.max_model_len: {spec.max_model_len} is above "

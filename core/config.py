@@ -229,7 +229,7 @@ class SpecserveConfig(Strict):
         try:
             return cls.model_validate(data)
         except ValidationError as e:
-            raise ConfigError(format_validation_error(e, source)) from None
+            raise ConfigError(_format_validation_error(e, source)) from None
 
 
 def load_config(path: str | Path | None = None, *, inline: dict | None = None,
@@ -275,7 +275,7 @@ def load_config(path: str | Path | None = None, *, inline: dict | None = None,
     return cfg
 
 
-def format_validation_error(err: ValidationError, source: str) -> str:
+def _format_validation_error(err: ValidationError, source: str) -> str:
     """One line per failing field: `source: a.b.c: message`."""
     lines = []
     for e in err.errors():
