@@ -29,7 +29,10 @@ def pytest_configure(config):
 
 
 def _layer(item) -> str | None:
-    parts = Path(item.path).resolve().relative_to(TESTS).parts
+    path = Path(item.path).resolve()
+    if not path.is_relative_to(TESTS):  # e.g. doctests of the product's modules
+        return None
+    parts = path.relative_to(TESTS).parts
     return parts[0] if len(parts) > 1 and parts[0] in LAYERS else None
 
 
