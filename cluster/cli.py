@@ -23,7 +23,7 @@ import time
 
 from cluster.kube import cli as kube_cli
 from cluster.engine_reaper import engine_processes, reap
-from core import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, ConfigError, load_config
+from core import DEFAULT_CONFIG_PATH, ConfigError, load_config, use_ray_node_env
 
 APP_NAME = "specserve"
 
@@ -49,8 +49,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     # A local node declares one logical CPU per core: a CPU replica takes one per
     # tensor-parallel rank (the cores it owns, deployments/cores.py), the ingress none.
     if not args.address:
-        for name, value in RAY_NODE_ENV.items():  # read by the raylet this process starts
-            os.environ.setdefault(name, value)
+        use_ray_node_env()
     ray.init(address=args.address, num_cpus=None if args.address else node_cores(),
              include_dashboard=False)
     serve.start(http_options={"host": cfg.server.host, "port": cfg.server.port})

@@ -12,7 +12,7 @@ from core.autoscaling_config import (POLICY_FUNCTION, AutoscalingConfig, PoolSca
 from core.board import StatsBoard, get_board
 from core.checkpoints import check_checkpoints, check_speculator_matches_target, read_config_value
 from core.config import (RAY_NODE_ENV, ModelConfig, RouterConfig, ServerConfig,
-                         SpecserveConfig, load_config)
+                         SpecserveConfig, load_config, use_ray_node_env)
 from core.kube_config import RAY_VERSION, KubeConfig, WorkerGroupConfig
 from core.logs import use_serve_log_handlers
 from core.paths import DEFAULT_CONFIG_PATH, MODELS_DIR_ENV, models_dir, resolve_path
@@ -33,6 +33,6 @@ __all__ = [
     "read_config_value", "RequestedRoute", "resolve_path", "Route", "RouterConfig", "RouterState",
     "serve_autoscaling_policy", "ServerConfig", "SpecserveConfig", "SpeculativeMethod",
     "SpeculativePoolConfig", "SpeculatorConfig", "STALE_AFTER_S", "StatsBoard", "StepTimeModel",
-    "Strict", "TaskType", "temperature_bucket", "use_serve_log_handlers",
+    "Strict", "TaskType", "temperature_bucket", "use_ray_node_env", "use_serve_log_handlers",
     "WorkerGroupConfig",
 ]

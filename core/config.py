@@ -73,6 +73,13 @@ from core.types import ConfigError, RequestedRoute, Route, Strict, TaskType
 RAY_NODE_ENV = {"RAY_process_group_cleanup_enabled": "1"}
 
 
+def use_ray_node_env() -> None:
+    """Puts `RAY_NODE_ENV` in this process's environment (a value already set wins): the raylet a
+    local `ray.init` starts reads it. Call before starting a local Ray."""
+    for name, value in RAY_NODE_ENV.items():
+        os.environ.setdefault(name, value)
+
+
 class ModelConfig(Strict):
     """The target model both pools serve."""
 

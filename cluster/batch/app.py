@@ -18,7 +18,7 @@ import ray
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from core import Route, SpecserveConfig
+from core import Route, SpecserveConfig, use_ray_node_env
 from deployments.app import build_app_from_config
 from deployments.cores import node_cores
 
@@ -49,6 +49,7 @@ def connect_ray(address: str | None, cfg: SpecserveConfig, wait_s: float, log) -
     """
     address = address or os.environ.get("RAY_ADDRESS")
     if not address and not in_ray_job():
+        use_ray_node_env()  # a dead replica's engine processes die with it, as under `serve`
         ray.init(num_cpus=node_cores(), include_dashboard=False, log_to_driver=False)
         return
     host, _, port = (address or "").rpartition(":")
