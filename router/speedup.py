@@ -91,8 +91,10 @@ class SpeedupModel:
         vanilla, speculative = cost.get("vanilla"), cost.get("speculative")
         if not vanilla or not speculative:
             return None
-        return batched_speedup(self.expected_tokens(features.task, features.temperature),
-                               vanilla, speculative)
+        e_tau = features.expected_tokens  # as the decider already estimated it
+        if e_tau is None:
+            e_tau = self.expected_tokens(features.task, features.temperature)
+        return batched_speedup(e_tau, vanilla, speculative)
 
     def latency_step_s(self, loads: Mapping[Route, PoolLoad]) -> dict[Route, float | None]:
         """T(B + 1) of each pool: its step time at its own in-flight + 1 per replica."""
