@@ -25,7 +25,8 @@ LAYERS = ("unit", "integration", "e2e")  # the order a whole run takes them in: 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "own_ray: the module starts (and stops) a local Ray of its "
-                            "own; such modules run before any test that takes the session's Ray")
+                            "own (in this process or a subprocess); such modules run before any "
+                            "test that takes the session's Ray")
 
 
 def _layer(item) -> str | None:

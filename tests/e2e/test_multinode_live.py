@@ -5,6 +5,8 @@ with `--labels specserve.io/pool=<pool>`), the default config's application depl
 
 - each pool's replica runs on its own node, the router on the head (Serve's replica details);
 - a completion is served by each pool, end to end over HTTP;
+- `specserve batch` under `ray job submit` to the head's job server: the driver runs on the head
+  and its rows reach both pools (each row's `x-specserve-route`);
 - losing the speculative node (its raylet killed) fails the pool over to vanilla (reason
   `pool_unavailable`), and the pool serves again once a node with its labels rejoins.
 
@@ -16,8 +18,12 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 import httpx
 import psutil
@@ -36,6 +42,7 @@ POOL_LABEL = "specserve.io/pool"
 HEAD_LABELS = {"specserve.io/role": "head"}
 POOLS = ("vanilla", "speculative")
 BACK_S = 300.0  # a replacement replica's cold start on 2 busy cores, with margin
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _config() -> SpecserveConfig:
@@ -78,8 +85,10 @@ def cluster(lab):
     # The nodes' raylets inherit these: the three nodes are this machine, one set of cores.
     os.environ[CORES_DIR_ENV] = tempfile.mkdtemp(prefix="specserve-cores-")
     os.environ[SHARE_CORES_ENV] = "1"  # a replacement may start before the dead one's lease drops
+    # The head's dashboard is the job server `ray job submit` talks to.
     ray_cluster = Cluster(initialize_head=True, connect=True, head_node_args={
-        "num_cpus": 0, "labels": HEAD_LABELS, "include_dashboard": False})
+        "num_cpus": 0, "labels": HEAD_LABELS, "include_dashboard": True,
+        "dashboard_host": "127.0.0.1", "dashboard_port": _free_port()})
     c = _Cluster(ray_cluster, {})
     try:
         for pool in POOLS:
@@ -103,6 +112,12 @@ def cluster(lab):
                     os.environ.pop(name, None)
                 else:
                     os.environ[name] = value
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _kill_orphans(pids: set[int]) -> None:
@@ -174,6 +189,46 @@ def test_each_pool_serves_a_completion(client, pool):
     r = _post(client, pool)
     assert (r.headers["x-specserve-route"], r.headers["x-specserve-reason"]) == (pool, "requested")
     assert r.json()["choices"][0]["text"]
+
+
+def test_a_batch_job_runs_its_driver_on_the_head_and_reaches_both_pools(cluster, tmp_path):
+    """`ray job submit` as a user types it (cluster/README), the job using the running app."""
+    import ray
+    from ray.job_submission import JobSubmissionClient
+
+    config = tmp_path / "config.yaml"
+    config.write_text(json.dumps(_config().model_dump(mode="json")))  # JSON is YAML
+    prompts = ["def fibonacci(n):\n    ", "class Stack:\n    def __init__(self):\n",
+               "The history of the city begins", "Q: What is 12 * 7? A:"]
+    rows = [{"custom_id": f"{route}-{i}", "method": "POST", "url": "/v1/completions",
+             "body": {"model": MODEL, "prompt": p, "max_tokens": 8, "temperature": 0,
+                      **({} if route == "auto" else {"route": route})}}
+            for route in ("auto", *POOLS) for i, p in enumerate(prompts)]
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    inp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    url, job_id = cluster.ray.webui_url, f"multinode-batch-{int(time.time())}"
+    url = url if url.startswith("http") else f"http://{url}"
+    # A head with ~/.ray/auth_token enables token auth; the job CLI needs the mode said.
+    env = {**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "token")}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ray"), "job", "submit", "--address", url,
+         "--working-dir", str(REPO), "--submission-id", job_id, "--",
+         sys.executable, "-m", "cluster.cli", "batch", "--config", str(config), "--app", APP,
+         "--input", str(inp), "--output", str(out), "--progress-interval-s", "5"],
+        env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    lines = [json.loads(t) for t in out.read_text().splitlines()]
+    routes = {r["custom_id"]: r["response"]["headers"]["x-specserve-route"] for r in lines
+              if r["response"]["status_code"] == 200}
+    driver = JobSubmissionClient(url).get_job_info(job_id).driver_node_id
+    head = ray.get_runtime_context().get_node_id()
+    print(json.dumps({"driver_node": driver, "head": head, "routes": routes}))
+    assert sorted(routes) == sorted(r["custom_id"] for r in rows), proc.stdout[-3000:]
+    assert driver == head
+    assert {routes[f"{pool}-{i}"] for pool in POOLS for i in range(len(prompts))} == set(POOLS)
+    assert all(routes[f"{pool}-{i}"] == pool for pool in POOLS for i in range(len(prompts)))
+    assert f"using the running application {APP!r}" in proc.stdout
 
 
 def test_a_lost_worker_node_fails_its_pool_over_and_it_returns_on_a_new_node(cluster, client):

@@ -8,7 +8,9 @@ dead worker's process group (core/config.py RAY_NODE_ENV), and the CLI reaps sur
 
 Runs its own small application (vanilla pool only, no profile) in a subprocess on its own local
 Ray, never touching the session's shared application; only the engine processes of that
-subprocess tree are counted (other Ray clusters may run on the same machine).
+subprocess tree are counted (other Ray clusters may run on the same machine). Marked `own_ray`:
+it runs before the session's application starts, as `specserve serve` runs on a machine of its
+own (beside the session's idle engines each variant took ~130 s in CI, ~100 s alone).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import yaml
 from core import DEFAULT_CONFIG_PATH
 from cluster.engine_reaper import engine_processes
 
-pytestmark = pytest.mark.serve
+pytestmark = [pytest.mark.serve, pytest.mark.own_ray]
 
 PORT = int(os.environ.get("SPECSERVE_TEST_PORT", "8123")) + 50
 READY_TIMEOUT_S = 420
