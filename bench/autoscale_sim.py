@@ -27,7 +27,7 @@ import heapq
 from collections import deque
 from dataclasses import dataclass, field
 
-from bench.sim_policies import (DEMAND_WINDOW_S, dynamo_planner, queue_length_policy,
+from bench.sim_policies import (dynamo_planner, queue_length_policy,
                                 specserve_targets)
 from bench.sim_profiles import CPU, GAINING_TASKS, SCENARIOS, Scenario
 from bench.trace import TraceParams, day_trace
@@ -133,7 +133,7 @@ def simulate(policy: str, cfg: AutoscalingConfig, trace: list, static: dict[str,
             sent[name] += r.tokens * cohort
             arrivals.append((r.t, r.task, r.tokens * cohort))
             i += 1
-        while arrivals and arrivals[0][0] <= t - DEMAND_WINDOW_S:
+        while arrivals and arrivals[0][0] <= t - cfg.demand_window_s:
             arrivals.popleft()
         finished: list = []
         for name, p in pools.items():

@@ -1,8 +1,8 @@
 """The autoscaling policies the simulator (bench/autoscale_sim.py) compares, besides static splits.
 
 - `specserve`: `deployments.autoscaling.decide`, the function Serve's controller calls, given the
-  observed arrivals per task type (tokens/s over `DEMAND_WINDOW_S`) and both pools' step-time
-  models: the budget split (deployments/budget.py).
+  observed arrivals per task type (tokens/s over `autoscaling.demand_window_s`) and both pools'
+  step-time models: the budget split (deployments/budget.py).
 - `queue_length_policy`: Ray Serve's default (`replica_queue_length_autoscaling_policy`,
   ray/serve/autoscaling_policy.py): each pool on its own wants ⌈in-flight /
   target_ongoing_requests⌉, bounded, applied after the same-direction delay; no shared budget
@@ -26,7 +26,6 @@ from deployments.autoscaling import PoolView, decide
 from deployments.goodput import Load, PoolCurve
 from deployments.utilization import memory_bound_fraction
 
-DEMAND_WINDOW_S = 60.0
 DYNAMO_INTERVAL_S = 60.0
 
 
@@ -89,7 +88,7 @@ def specserve_targets(pools: dict, cfg: AutoscalingConfig, state: dict, now: flo
     in `arrivals` ((t, task, tokens × cohort) within the window), through `decide`."""
     per_task: dict[str, float] = {}
     for _, task, tokens in arrivals:
-        per_task[task] = per_task.get(task, 0.0) + tokens / DEMAND_WINDOW_S
+        per_task[task] = per_task.get(task, 0.0) + tokens / cfg.demand_window_s
     demand = [Load(r, etau[t], t in gaining) for t, r in sorted(per_task.items())]
     views = {n: PoolView(p.running, p.target, ongoing[n], float(p.queued()),
                          memory_bound_fraction(p.model, p.batch()) if p.running else None,

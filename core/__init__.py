@@ -7,6 +7,7 @@ none of them.
 """
 
 from core.acceptance import AcceptanceEstimator, temperature_bucket
+from core.arrivals import ArrivalCounter
 from core.autoscaling_config import (POLICY_FUNCTION, AutoscalingConfig, PoolScalingConfig,
                                      serve_autoscaling_policy)
 from core.board import StatsBoard, get_board
@@ -24,7 +25,7 @@ from core.step_time import StepTimeModel
 from core.types import ConfigError, RequestedRoute, Route, SpeculativeMethod, Strict, TaskType
 
 __all__ = [
-    "AcceptanceEstimator", "AutoscalingConfig", "batched_speedup",
+    "AcceptanceEstimator", "ArrivalCounter", "AutoscalingConfig", "batched_speedup",
     "BoardSnapshot", "busy_window_samples", "check_checkpoints", "check_node_labels",
     "check_speculator_matches_target", "ConfigError", "DEFAULT_CONFIG_PATH",
     "EngineStats", "expected_tokens", "get_board", "KubeConfig", "load_config",

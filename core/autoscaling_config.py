@@ -48,6 +48,13 @@ class AutoscalingConfig(Strict):
 
     enabled: bool = Field(False, description="Size the pools with specserve's policy; off: "
                           "each pool runs its fixed `num_replicas`.")
+    policy: Literal["rules", "budget"] = Field(
+        "rules", description="`rules`: each pool sized by its own load and memory-bound "
+        "fraction, then fitted to the budget (deployments/autoscaling.py); `budget`: the split of "
+        "the budget with the best predicted goodput for the offered load the routers observe "
+        "per request class and the pools' profiled step times (deployments/budget.py), the "
+        "rules until both are known. `budget` is not yet the default: its live benchmark "
+        "against static splits has not been run (bench/results README).")
     budget_accelerators: int = Field(
         2, ge=1, description="Accelerators both pools may hold together: the sum over pools of "
         "replicas x tensor_parallel_size never exceeds it.")
@@ -93,6 +100,9 @@ class AutoscalingConfig(Strict):
     replica_start_s: float = Field(
         120.0, gt=0, description="Budget split: seconds from a replica's target to its serving "
         "until a start has been measured; then each pool's measured start time counts.")
+    demand_window_s: float = Field(
+        60.0, gt=0, description="Budget split: the offered load is the routers' arrivals per "
+        "request class over this many seconds (core/arrivals.py).")
     load_horizon_s: float = Field(
         600.0, gt=0, description="Budget split: how long the observed load is expected to last; "
         "a move pays only if its gain over this time exceeds what its replica starts cost.")
@@ -131,14 +141,21 @@ class AutoscalingConfig(Strict):
         return getattr(self, name)
 
 
-def serve_autoscaling_policy(scaling: AutoscalingConfig,
-                             tensor_parallel_size: dict[str, int]) -> dict:
+def serve_autoscaling_policy(scaling: AutoscalingConfig, tensor_parallel_size: dict[str, int],
+                             max_num_seqs: dict[str, int] | None = None,
+                             min_speedup: float = 1.1) -> dict:
     """The application's `autoscaling_policy` entry of a Serve config (ServeDeploySchema, a
     RayService's serveConfigV2): Serve instantiates `PoolAutoscaler(**policy_kwargs)` once.
 
     Args:
         tensor_parallel_size: {served pool: accelerators per replica}.
+        max_num_seqs: {served pool: its engines' running-batch cap}, for the budget split's
+            step-time curves.
+        min_speedup: the router's threshold on S (`router.min_speedup`), which the budget split
+            routes by.
     """
     return {"policy_function": POLICY_FUNCTION,
             "policy_kwargs": {"config": scaling.model_dump(mode="json"),
-                              "tensor_parallel_size": dict(tensor_parallel_size)}}
+                              "tensor_parallel_size": dict(tensor_parallel_size),
+                              "max_num_seqs": dict(max_num_seqs or {}),
+                              "min_speedup": min_speedup}}

@@ -25,9 +25,11 @@ import ray
 from ray import serve
 from ray.serve.exceptions import RayServeException
 
+from core.arrivals import ArrivalCounts, offered_load
 from core.stats import STALE_AFTER_S, BoardSnapshot, EngineStats, PoolStats, RouterState
 
 APP_GONE_AFTER_S = 30.0
+ARRIVALS_KEPT_S = 600.0  # the longest window `autoscaling_inputs` may ask for
 BOARD_NAMESPACE = "specserve"
 
 logger = logging.getLogger("specserve.stats")
@@ -50,6 +52,9 @@ class StatsBoard:
         self._pin: tuple[str, str | None] = ("", None)  # (generation, runtime pin); None: config's
         self._builds: dict[str, tuple[float, float]] = {}  # generation -> (first, last) read
         self._autoscaler: dict = {"calls": 0, "events": []}  # deployments/autoscaler.py
+        # router id -> (its start, [(t, cumulative arrival counts)]), wall clock (core/arrivals.py)
+        self._arrivals: dict[str, tuple[float, list[tuple[float, ArrivalCounts]]]] = {}
+        self._profiles: dict[str, dict[int, float]] = {}  # pool -> last profile seen (sticky)
         if app_name:
             threading.Thread(target=self._remove_when_app_gone, args=(app_name,),
                              daemon=True).start()
@@ -88,6 +93,30 @@ class StatsBoard:
         """The autoscaling policy's invocation count and its new decision events."""
         self._autoscaler["calls"] = calls
         self._autoscaler["events"] = (self._autoscaler["events"] + events)[-1000:]
+
+    def report_arrivals(self, router_id: str, started: float, counts: ArrivalCounts) -> None:
+        """A router's cumulative arrivals per class since `started` (`core.ArrivalCounter`)."""
+        now = time.time()
+        _, reports = self._arrivals.get(router_id, (started, []))
+        reports = [r for r in reports if now - r[0] <= ARRIVALS_KEPT_S] + [(now, counts)]
+        self._arrivals[router_id] = (started, reports)
+
+    def autoscaling_inputs(self, window_s: float) -> dict:
+        """What the budget split needs (deployments/autoscaler.py):
+        {"demand": `core.arrivals.offered_load` over `window_s`, or None before any router
+        reported; "step_times": {pool: {batch: seconds}}, each pool's startup profile, the mean
+        over its replicas, kept after its last replica left (a pool at 0 keeps its curve)}."""
+        now = time.time()
+        for rid, (_, reports) in list(self._arrivals.items()):
+            if now - reports[-1][0] > ARRIVALS_KEPT_S:  # a router gone for good
+                del self._arrivals[rid]
+        snapshot = self.snapshot()
+        for pool, stats in snapshot.pools.items():
+            if stats.profile:
+                self._profiles[pool] = dict(stats.profile)
+        demand = offered_load(self._arrivals.values(), now, window_s) if self._arrivals \
+            else None
+        return {"demand": demand, "step_times": {p: dict(t) for p, t in self._profiles.items()}}
 
     def autoscaler(self) -> dict:
         """{"calls": policy invocations, "events": the last 1000 decision events}."""

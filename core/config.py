@@ -60,7 +60,7 @@ from typing import Literal
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
-from core.autoscaling_config import AutoscalingConfig
+from core.autoscaling_config import AutoscalingConfig, serve_autoscaling_policy
 from core.checkpoints import check_checkpoints
 from core.kube_config import KubeConfig
 from core.paths import DEFAULT_CONFIG_PATH
@@ -202,6 +202,14 @@ class SpecserveConfig(Strict):
     def pools(self) -> list[Route]:
         """The pools this config serves (those with `num_replicas` > 0)."""
         return [p for p in ("vanilla", "speculative") if getattr(self, p).num_replicas > 0]
+
+    def autoscaling_policy(self) -> dict:
+        """Serve's application-level `autoscaling_policy` entry for this config (a Serve
+        config's or a RayService's serveConfigV2): `core.serve_autoscaling_policy` with each
+        served pool's tensor_parallel_size and max_num_seqs and the router's min_speedup."""
+        return serve_autoscaling_policy(
+            self.autoscaling, {p: getattr(self, p).tensor_parallel_size for p in self.pools()},
+            {p: getattr(self, p).max_num_seqs for p in self.pools()}, self.router.min_speedup)
 
     def initial_replicas(self, pool: Route) -> int:
         """Replicas `pool` starts with: its autoscaling `min_replicas` when autoscaling is on,

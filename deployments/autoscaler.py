@@ -11,6 +11,13 @@ Replicas report `waiting`, `busy` and `memory_bound` through `record_autoscaling
 (deployments/pools.py); Serve averages them over `look_back_period_s` per replica
 (`ctx.aggregated_metrics`). A running replica with no report yet makes its pool hold.
 
+With `autoscaling.policy: budget` the policy also takes, from the application's StatsBoard, the
+offered load per request class the routers observed over `demand_window_s` and each pool's
+profiled step times (`StatsBoard.autoscaling_inputs`), and `decide` runs the budget split. The
+board is asked without blocking Serve's control loop: at most every `_BOARD_PERIOD_S` a request
+goes out, and a tick uses the newest answer that has arrived (none older than `_INPUTS_STALE_S`:
+the rules decide meanwhile).
+
 Every invocation counts; every change of a pool's target or reason is logged with its reason
 (logger `ray.serve`, so it lands in the controller's log), counted in
 `specserve_autoscaling_decisions_total{pool,reason,action}` (Ray metrics, exported by Ray's
@@ -21,6 +28,7 @@ sets `specserve_autoscaling_memory_bound{pool}` (Ray metrics), the fraction the 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -29,6 +37,7 @@ from ray.util.metrics import Counter, Gauge
 
 from core import AutoscalingConfig, get_board
 from deployments.autoscaling import Decision, PoolView, decide
+from deployments.goodput import Load
 
 logger = logging.getLogger("ray.serve")
 
@@ -37,6 +46,7 @@ BUSY_METRIC = "specserve_busy"  # 1.0: the engine produced output since the last
 MEMORY_BOUND_METRIC = "specserve_memory_bound"  # memory-bound fraction, 0..1
 _STATE_KEY = "specserve"
 _BOARD_PERIOD_S = 1.0
+_INPUTS_STALE_S = 10.0  # an answer of the board older than this is not used
 
 
 def _mean_over_running(ctx, name: str) -> tuple[float, int] | None:
@@ -68,11 +78,19 @@ class PoolAutoscaler:
     Args:
         config: the `autoscaling` section (`AutoscalingConfig.model_dump(mode="json")`).
         tensor_parallel_size: {pool name: accelerators per replica}.
+        max_num_seqs: {pool name: its engines' running-batch cap} (the split's curves).
+        min_speedup: the router's threshold on S, which the split routes by.
     """
 
-    def __init__(self, config: dict, tensor_parallel_size: dict[str, int]):
+    def __init__(self, config: dict, tensor_parallel_size: dict[str, int],
+                 max_num_seqs: dict[str, int] | None = None, min_speedup: float = 1.1):
         self._cfg = AutoscalingConfig.model_validate(config)
         self._tp = dict(tensor_parallel_size)
+        self._max_num_seqs = dict(max_num_seqs or {})
+        self._min_speedup = min_speedup
+        self._inputs_ref = None  # the board's answer on its way
+        self._inputs: tuple[float, dict] | None = None  # (when it arrived, the answer)
+        self._inputs_t = 0.0  # when the last request went out
         self._calls = 0
         self._last: dict[str, tuple[int, str]] = {}
         self._events: list[dict] = []
@@ -88,10 +106,55 @@ class PoolAutoscaler:
         views = {p: pool_view(ctx, self._tp[p]) for p, (_, ctx) in by_pool.items()}
         state = {p: ctx.policy_state.get(_STATE_KEY, {}) for p, (_, ctx) in by_pool.items()}
         now = next((ctx.current_time for _, ctx in by_pool.values() if ctx.current_time), None)
-        decisions, new_state = decide(views, self._cfg, state, now or time.time())
+        views, demand = self.with_inputs(views, self._board_inputs(contexts))
+        decisions, new_state = decide(views, self._cfg, state, now or time.time(), demand,
+                                      self._min_speedup)
         self._record(decisions, views, contexts)
         return ({dep_id: decisions[p].replicas for p, (dep_id, _) in by_pool.items()},
                 {dep_id: {_STATE_KEY: new_state[p]} for p, (dep_id, _) in by_pool.items()})
+
+    def with_inputs(self, views: dict[str, PoolView], inputs: dict | None
+                    ) -> tuple[dict[str, PoolView], list[Load] | None]:
+        """The views with each pool's step times and batch cap, and the demand, from the
+        board's `autoscaling_inputs` answer; (views, None) without one (the rules decide)."""
+        if inputs is None or inputs.get("demand") is None:
+            return views, None
+        steps = inputs.get("step_times") or {}
+        views = {p: dataclasses.replace(
+            v, step_times=tuple(sorted((int(b), float(s)) for b, s in steps.get(p, {}).items())),
+            max_num_seqs=self._max_num_seqs.get(p)) for p, v in views.items()}
+        demand = [Load(d["tokens_per_s"], d["expected_tokens"], d["gains"])
+                  for d in inputs["demand"]]
+        return views, demand
+
+    def _board_inputs(self, contexts: dict) -> dict | None:
+        """The newest `StatsBoard.autoscaling_inputs` answer under `policy: budget`, asking
+        again at most every `_BOARD_PERIOD_S` without waiting; None: rules policy, outside Ray,
+        or no fresh answer."""
+        if self._cfg.policy != "budget" or not ray.is_initialized():
+            return None
+        now = time.monotonic()
+        try:
+            if self._inputs_ref is not None:
+                ready, _ = ray.wait([self._inputs_ref], timeout=0)
+                if ready:
+                    ref, self._inputs_ref = self._inputs_ref, None
+                    self._inputs = (now, ray.get(ref))
+            if self._inputs_ref is None and now - self._inputs_t >= _BOARD_PERIOD_S:
+                self._inputs_t = now
+                self._inputs_ref = self._get_board(contexts).autoscaling_inputs.remote(
+                    self._cfg.demand_window_s)
+        except Exception:  # the board restarts on failure; the rules decide meanwhile
+            logger.exception("specserve autoscaling: stats board unreachable")
+            self._inputs_ref = None
+        if self._inputs is None or now - self._inputs[0] > _INPUTS_STALE_S:
+            return None
+        return self._inputs[1]
+
+    def _get_board(self, contexts: dict):
+        if self._board is None:
+            self._board = get_board(next(iter(contexts)).app_name)
+        return self._board
 
     def _record(self, decisions: dict[str, Decision], views: dict[str, PoolView],
                 contexts: dict) -> None:
@@ -150,10 +213,7 @@ class PoolAutoscaler:
             return
         self._board_t = now
         try:
-            if self._board is None:
-                app = next(iter(contexts)).app_name
-                self._board = get_board(app)
-            self._board.report_autoscaler.remote(self._calls, self._events)
+            self._get_board(contexts).report_autoscaler.remote(self._calls, self._events)
             self._events = []
         except Exception:
             logger.exception("specserve autoscaling: stats board unreachable")

@@ -17,7 +17,7 @@ from ray import serve
 from ray.serve.context import _get_global_client
 from ray.serve.schema import ServeDeploySchema
 
-from core import SpecserveConfig, serve_autoscaling_policy
+from core import SpecserveConfig
 from deployments.app import build_app_from_config
 
 
@@ -26,14 +26,8 @@ def app_config(cfg: SpecserveConfig, name: str, route_prefix: str = "/") -> dict
     entry = {"name": name, "route_prefix": route_prefix,
              "import_path": "deployments.app:build_app", "args": cfg.model_dump(mode="json")}
     if cfg.autoscaling.enabled:
-        entry["autoscaling_policy"] = autoscaling_policy(cfg)
+        entry["autoscaling_policy"] = cfg.autoscaling_policy()
     return entry
-
-
-def autoscaling_policy(cfg: SpecserveConfig) -> dict:
-    """Serve's application-level `autoscaling_policy` for this config."""
-    return serve_autoscaling_policy(cfg.autoscaling,
-                                    {p: getattr(cfg, p).tensor_parallel_size for p in cfg.pools()})
 
 
 def run_app(cfg: SpecserveConfig, name: str, route_prefix: str = "/",

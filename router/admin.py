@@ -1,6 +1,7 @@
-"""The ingress's /admin/* endpoints: the runtime pin (`GET`/`PUT /admin/policy`) and the profiled
-speedup model (`GET /admin/speedup`). Only admin keys reach them when `server.admin_api_keys_env`
-is set (router/auth.py).
+"""The ingress's /admin/* endpoints: the runtime pin (`GET`/`PUT /admin/policy`), the profiled
+speedup model (`GET /admin/speedup`) and what the autoscaling policy decides from
+(`GET /admin/autoscaling`). Only admin keys reach them when `server.admin_api_keys_env` is set
+(router/auth.py).
 """
 
 from __future__ import annotations
@@ -64,3 +65,14 @@ class AdminEndpoints:
             pays = [r["batch"] for r in rows if r["speedup"] >= self._cfg.router.min_speedup]
             out[task] = {"pays_up_to_batch": max(pays, default=0), "curve": rows}
         return {"min_speedup": self._cfg.router.min_speedup, "tasks": out}
+
+    async def get_autoscaling(self) -> dict:
+        """The autoscaling policy's view from the StatsBoard: `policy` (rules | budget), its
+        `calls` and last decision `events` (each with its reason and predicted gain), and the
+        `inputs` the budget split takes (offered load per class over `demand_window_s`, each
+        pool's profiled step times; core/board.py `autoscaling_inputs`)."""
+        scaling = self._cfg.autoscaling
+        log = await self._board.autoscaler.remote()
+        inputs = await self._board.autoscaling_inputs.remote(scaling.demand_window_s)
+        return {"enabled": scaling.enabled, "policy": scaling.policy, "calls": log["calls"],
+                "events": log["events"][-50:], "inputs": inputs}

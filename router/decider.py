@@ -18,8 +18,8 @@ import dataclasses
 import logging
 from typing import Callable, Iterable, get_args
 
-from core import (PUSH_PERIOD_S, PoolStats, RequestedRoute, Route, SpecserveConfig, TaskType,
-                  read_config_value, resolve_path)
+from core import (PUSH_PERIOD_S, ArrivalCounter, PoolStats, RequestedRoute, Route,
+                  SpecserveConfig, TaskType, read_config_value, resolve_path)
 from router.features import load_tokenizer, max_prompt_tokens, prompt_tokens, request_features
 from router.policy import Decision, PoolLoad, RequestFeatures, admit, choose_route
 from router.pool_view import PoolHealth, PressureTracker
@@ -71,6 +71,7 @@ class RouteDecider:
         self._last_auto_route: dict[TaskType, Route] = {}  # per task type, for hysteresis
         self._runtime_pin: str | None = None  # None: the config's router.pin
         self._pin_version = 0  # bumped by set_pin: a board read that spans it is stale
+        self.arrivals = ArrivalCounter()  # offered load per class, for the autoscaling policy
 
     @property
     def pin(self) -> str:
@@ -159,6 +160,12 @@ class RouteDecider:
                                 self.speedup_model.speedup(features, loads))
         if decision.speedup is not None:
             self._last_auto_route[features.task] = decision.route
+        max_tokens = getattr(body, "max_completion_tokens", None) or body.max_tokens
+        self.arrivals.observe(
+            features.task, decision.may_run_on("speculative") and features.requested_route
+            != "vanilla" and "speculative" in self.pools,
+            max_tokens or self.cfg.model.max_model_len - (prompt_len or 0),
+            features.expected_tokens or 1.0)
         return features, decision
 
     def admit(self, decision: Decision, loads: dict[Route, PoolLoad], sequences: int = 1
@@ -217,9 +224,9 @@ class RouteDecider:
 
     async def share_forever(self, board, replica_id: str,
                             on_state: Callable[[], None] | None = None) -> None:
-        """Every `PUSH_PERIOD_S`: publishes this replica's acceptance counts to the StatsBoard and
-        takes the runtime pin of this build and the other replicas' counts from it; puts the pin
-        back on a board that restarted without it (cancel to stop).
+        """Every `PUSH_PERIOD_S`: publishes this replica's acceptance and arrival counts to the
+        StatsBoard and takes the runtime pin of this build and the other replicas' counts from
+        it; puts the pin back on a board that restarted without it (cancel to stop).
 
         Args:
             board: the application's StatsBoard actor.
@@ -230,6 +237,8 @@ class RouteDecider:
             try:
                 board.report_acceptance.remote(replica_id,
                                                self.speedup_model.acceptance.local_counts())
+                board.report_arrivals.remote(replica_id, self.arrivals.started,
+                                             self.arrivals.counts())
                 version = self._pin_version
                 state = await board.router_state.remote(replica_id, self.generation)
                 restarted = self._board_epoch not in (None, state.board_epoch)

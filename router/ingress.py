@@ -289,4 +289,5 @@ ENDPOINTS = {
     "get_policy": lambda app: app.get("/admin/policy"),
     "put_policy": lambda app: app.put("/admin/policy"),
     "get_speedup": lambda app: app.get("/admin/speedup"),
+    "get_autoscaling": lambda app: app.get("/admin/autoscaling"),
 }

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from core import (ConfigError, PoolConfig, SpecserveConfig, WorkerGroupConfig,
-                  serve_autoscaling_policy)
+from core import ConfigError, PoolConfig, SpecserveConfig, WorkerGroupConfig
 from cluster.commented_yaml import Default, Doc, dump, plain
 from cluster.kube.pods import head_spec, key_envs, worker_group
 
@@ -106,8 +105,7 @@ def serve_config(cfg: SpecserveConfig) -> str:
     app = {"name": SERVE_APP_NAME, "route_prefix": "/",
            "import_path": "deployments.app:build_app", "args": app_args(cfg)}
     if cfg.autoscaling.enabled:  # Serve takes an application-level policy only from a config
-        app["autoscaling_policy"] = serve_autoscaling_policy(
-            cfg.autoscaling, {p: getattr(cfg, p).tensor_parallel_size for p in cfg.pools()})
+        app["autoscaling_policy"] = cfg.autoscaling_policy()
     doc = {"http_options": {"host": "0.0.0.0", "port": cfg.server.port}, "applications": [app]}
     return yaml.safe_dump(doc, sort_keys=False, width=100)
 

