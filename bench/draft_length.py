@@ -15,15 +15,18 @@ from measurements (issue 21 item 2: vLLM's `num_speculative_tokens_per_batch_siz
    (num_speculative_tokens K, no table: vLLM's default), "fixed-table" (a table holding K at every
    batch: vLLM turns off padded drafting whenever a table is set, so this separates that effect
    from the choice of γ), "derived" (the table) and "vanilla" (the target alone), B requests at
-   once, output tokens/s = B · max_tokens / wall, best of `--repeats`; every engine's greedy
-   outputs must be equal (speculation changes no token).
+   once, output tokens/s = B · max_tokens / wall, best of `--repeats`; the systems run in
+   `--rounds` rounds (a fresh engine each: one engine instance's speed varied by up to ~40% from
+   the next one's on this machine), a cell's figure is its best round, and its spread over the
+   rounds is reported; every engine's greedy outputs must be equal (speculation changes no
+   token).
 
 Every engine is eager, bfloat16, in its own spawned process on one core (`--core`, as a replica
 owns its core; deployments/cores.py), one engine at a time. Prints and writes
 `DIR/results.json` and `DIR/report.md`.
 
     python -m bench.draft_length [--method draft_model] [--k 4] [--batches 1 2 4 8 16 32]
-        [--concurrency 1 3 6 12 24 48] [--max-tokens 32] [--out DIR]
+        [--concurrency 1 3 6 12 24 48] [--max-tokens 32] [--rounds 2] [--out DIR]
 """
 
 from __future__ import annotations
@@ -110,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--per-task", type=int, default=8, help="prompts per task type and split")
     p.add_argument("--repeats", type=int, default=3, help="best of this many runs per batch")
+    p.add_argument("--rounds", type=int, default=2, help="fresh engines per system")
     p.add_argument("--core", type=int, default=1, help="the core every engine runs on")
     p.add_argument("--out", type=Path, default=Path(f"bench/results/{time.strftime('%Y-%m-%d')}"
                                                      "-draft-length"))
@@ -141,18 +145,20 @@ def main(argv: list[str] | None = None) -> int:
     table = "num_speculative_tokens_per_batch_size"
     systems = {"fixed": base, "fixed-table": {**base, table: [[1, max(args.concurrency), args.k]]},
                "derived": {**base, table: [list(e) for e in schedule]}, "vanilla": None}
-    cells = {name: run(target, spec, test, args.concurrency, args.max_tokens, args.repeats,
-                       args.core) for name, spec in systems.items()}
-    same = all(c["outputs"] == cells["vanilla"]["outputs"] for c in cells.values())
+    rounds = [{name: run(target, spec, test, args.concurrency, args.max_tokens, args.repeats,
+                         args.core) for name, spec in systems.items()} for _ in range(args.rounds)]
+    same = all(c["outputs"] == rounds[0]["vanilla"]["outputs"] for r in rounds for c in r.values())
     rows = []
     for c in args.concurrency:
-        got = {n: cells[n]["by_batch"][c] for n in systems}
+        got = {n: max((r[n]["by_batch"][c] for r in rounds), key=lambda x: x["tok_s"])
+               for n in systems}
+        spread = {n: [round(r[n]["by_batch"][c]["tok_s"], 1) for r in rounds] for n in systems}
         rows.append({"concurrency": c, "gamma": draft_length_at(schedule, c),
                      **{f"{n}_tok_s": round(g["tok_s"], 1) for n, g in got.items()},
                      **{f"{n}_step_ms": round(g["step_s"] * 1e3, 2) for n, g in got.items()},
                      "ratio": round(got["derived"]["tok_s"] / got["fixed"]["tok_s"], 3),
                      "ratio_table": round(got["derived"]["tok_s"] / got["fixed-table"]["tok_s"],
-                                          3)})
+                                          3), "rounds_tok_s": spread})
     results = {"method": args.method, "k": args.k, "max_tokens": args.max_tokens,
                "alpha": alpha, "expected_tokens_at_k": expected_tokens(alpha),
                "step_s": {b: {g: round(s, 5) for g, s in t.items()} for b, t in profile.items()},
@@ -160,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
                                  for b, t in fitted.items()},
                "schedule": schedule, "comparison": rows, "outputs_identical": same,
                "prompts": {"profile": f"dev, {len(dev)}", "compare": f"test, {len(test)}"},
-               "engine": f"in-process, eager, bfloat16, core {args.core}",
+               "engine": f"in-process, eager, bfloat16, core {args.core}; best of "
+                         f"{args.rounds} rounds x {args.repeats} runs",
                "wall_s": round(time.monotonic() - t0, 1)}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -196,6 +203,10 @@ def markdown(r: dict) -> str:
               f"{c['ratio_table']:.2f}x | {c['vanilla_tok_s']} | {c['fixed_step_ms']} / "
               f"{c['fixed-table_step_ms']} / {c['derived_step_ms']} / {c['vanilla_step_ms']} |"
               for c in r["comparison"]]
+    lines += ["", "Per round, tok/s (fixed / fixed-table / derived / vanilla):", ""]
+    lines += [f"- c={c['concurrency']}: " + " / ".join(
+        ", ".join(map(str, c["rounds_tok_s"][n])) for n in ("fixed", "fixed-table", "derived",
+                                                             "vanilla")) for c in r["comparison"]]
     lines += ["", f"Greedy outputs identical across the engines: {r['outputs_identical']}."]
     return "\n".join(lines)
 

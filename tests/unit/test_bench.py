@@ -119,3 +119,13 @@ def test_contention_table_fits_the_slowdown_beside_the_joint_batch_model():
     assert rows == [{"cell": "4+1", "vanilla_tok_s": 225.5, "speculative_tok_s": 92.3,
                      "total_tok_s": 317.8, "joint_batch_model_tok_s": round((4 * 674 + 673) / 5, 1),
                      "slowdown": round((570 + 266) / 317.8, 2)}]
+
+
+def test_draft_length_prompts_are_interleaved_and_the_splits_disjoint():
+    from bench.draft_length import prompts
+    from models.speculators_report import TASKS
+
+    dev, test = prompts("dev", 3), prompts("test", 3)
+    assert [r["task"] for r in dev[:len(TASKS)]] == list(TASKS)  # the mix from the first batch on
+    assert len(dev) == len(test) == 3 * len(TASKS)
+    assert not {r["prompt"] for r in dev} & {r["prompt"] for r in test}
