@@ -14,12 +14,12 @@ from measurements (issue 21 item 2: vLLM's `num_speculative_tokens_per_batch_siz
    concurrencies `--concurrency` (chosen between and beyond the profiled batch sizes): "fixed"
    (num_speculative_tokens K, no table: vLLM's default), "fixed-table" (a table holding K at every
    batch: with a table set, vLLM's scheduler no longer pads decode requests to one draft length,
-   v1/core/sched/scheduler.py:1135, so this separates that effect from the choice of γ),
-   "derived" (the table) and "vanilla" (the target alone), B requests at once, output tokens/s = B · max_tokens / wall, best of `--repeats`; the systems run in
-   `--rounds` rounds (a fresh engine each: one engine instance's speed varied by up to ~40% from
-   the next one's on this machine), a cell's figure is its best round, and its spread over the
-   rounds is reported; every engine's greedy outputs must be equal (speculation changes no
-   token).
+   v1/core/sched/scheduler.py:1135, so this separates that effect from the choice of γ), "derived"
+   (the table) and "vanilla" (the target alone), B requests at once, output tokens/s = B ·
+   max_tokens / wall, best of `--repeats`; the systems run in `--rounds` rounds (a fresh engine
+   each: one engine instance's speed varied by up to ~40% from the next one's on this machine), a
+   cell's figure is its best round, and its spread over the rounds is reported; every engine's
+   greedy outputs must be equal (speculation changes no token).
 
 Every engine is eager, bfloat16, in its own spawned process on one core (`--core`, as a replica
 owns its core; deployments/cores.py), one engine at a time. Prints and writes
