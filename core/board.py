@@ -27,6 +27,7 @@ from ray.serve.exceptions import RayServeException
 
 from core.arrivals import ArrivalCounts, offered_load
 from core.stats import STALE_AFTER_S, BoardSnapshot, EngineStats, PoolStats, RouterState
+from core.step_time import StepTimeModel
 
 APP_GONE_AFTER_S = 30.0
 ARRIVALS_KEPT_S = 600.0  # the longest window `autoscaling_inputs` may ask for
@@ -52,9 +53,11 @@ class StatsBoard:
         self._pin: tuple[str, str | None] = ("", None)  # (generation, runtime pin); None: config's
         self._builds: dict[str, tuple[float, float]] = {}  # generation -> (first, last) read
         self._autoscaler: dict = {"calls": 0, "events": []}  # deployments/autoscaler.py
-        # router id -> (its start, [(t, cumulative arrival counts)]), wall clock (core/arrivals.py)
+        # router id -> (its start, [(t, cumulative arrival counts)]), this board's wall clock
         self._arrivals: dict[str, tuple[float, list[tuple[float, ArrivalCounts]]]] = {}
-        self._profiles: dict[str, dict[int, float]] = {}  # pool -> last profile seen (sticky)
+        # pool -> step times as a request lives them (profile + samples), kept at 0 replicas
+        self._step_models: dict[str, StepTimeModel] = {}
+        self._seen_samples: dict[str, int] = {}  # replica id -> its last sample folded in
         if app_name:
             threading.Thread(target=self._remove_when_app_gone, args=(app_name,),
                              daemon=True).start()
@@ -94,29 +97,40 @@ class StatsBoard:
         self._autoscaler["calls"] = calls
         self._autoscaler["events"] = (self._autoscaler["events"] + events)[-1000:]
 
-    def report_arrivals(self, router_id: str, started: float, counts: ArrivalCounts) -> None:
-        """A router's cumulative arrivals per class since `started` (`core.ArrivalCounter`)."""
+    def report_arrivals(self, router_id: str, age_s: float, counts: ArrivalCounts) -> None:
+        """A router's cumulative arrivals per class over its last `age_s` seconds
+        (`core.ArrivalCounter`); the start is placed on this board's clock (routers run on
+        other nodes)."""
         now = time.time()
-        _, reports = self._arrivals.get(router_id, (started, []))
+        started, reports = self._arrivals.get(router_id, (now - age_s, []))
         reports = [r for r in reports if now - r[0] <= ARRIVALS_KEPT_S] + [(now, counts)]
         self._arrivals[router_id] = (started, reports)
 
-    def autoscaling_inputs(self, window_s: float) -> dict:
+    def autoscaling_inputs(self, window_s: float, max_num_seqs: dict[str, int] | None = None
+                           ) -> dict:
         """What the budget split needs (deployments/autoscaler.py):
         {"demand": `core.arrivals.offered_load` over `window_s`, or None before any router
-        reported; "step_times": {pool: {batch: seconds}}, each pool's startup profile, the mean
-        over its replicas, kept after its last replica left (a pool at 0 keeps its curve)}."""
+        reported; "step_times": {pool: {batch: seconds per step as a request lives it}}, the
+        router's model (`StepTimeModel.points`: the replicas' startup profiles, then their
+        served samples, each folded once)}. A pool at 0 keeps its last curve, but only in this
+        board's memory: a restarted board knows no curve for a pool until it runs again (the
+        rules decide meanwhile)."""
         now = time.time()
         for rid, (_, reports) in list(self._arrivals.items()):
             if now - reports[-1][0] > ARRIVALS_KEPT_S:  # a router gone for good
                 del self._arrivals[rid]
-        snapshot = self.snapshot()
-        for pool, stats in snapshot.pools.items():
-            if stats.profile:
-                self._profiles[pool] = dict(stats.profile)
+        for pool, stats in self.snapshot().pools.items():
+            model = self._step_models.setdefault(
+                pool, StepTimeModel(max_batch=(max_num_seqs or {}).get(pool)))
+            model.load_profile(stats.profile)
+            for replica, sample_id, batch, step_s in stats.step_samples:
+                if self._seen_samples.get(replica) != sample_id:
+                    self._seen_samples[replica] = sample_id
+                    model.observe(batch, step_s)
         demand = offered_load(self._arrivals.values(), now, window_s) if self._arrivals \
             else None
-        return {"demand": demand, "step_times": {p: dict(t) for p, t in self._profiles.items()}}
+        return {"demand": demand, "step_times": {p: m.points() for p, m in
+                                                 self._step_models.items() if m.points()}}
 
     def autoscaler(self) -> dict:
         """{"calls": policy invocations, "events": the last 1000 decision events}."""

@@ -88,7 +88,8 @@ def smooth_step_times(step_s: Mapping[int, Mapping[int, float]]) -> dict[int, di
     points (d_B >= 0), evaluated at those γ: each draft position adds one draft pass and one
     verified token per sequence, so the step time grows about linearly in γ; the fit keeps one
     noisy measurement from deciding a table entry (bench/draft_length.py: single 32-token
-    measurements on CPU scatter by ~20%). A batch with one measured γ is kept as is.
+    measurements on CPU scatter by ~20%). A fitted value never goes below the batch's smallest
+    measurement; a batch with one measured γ is kept as is.
 
     Example:
         >>> smooth_step_times({1: {0: 1.0, 1: 2.2, 2: 2.8}})
@@ -103,7 +104,8 @@ def smooth_step_times(step_s: Mapping[int, Mapping[int, float]]) -> dict[int, di
         mean_g, mean_t = sum(gs) / len(gs), sum(times.values()) / len(gs)
         d = max(0.0, sum((g - mean_g) * (times[g] - mean_t) for g in gs)
                 / sum((g - mean_g) ** 2 for g in gs))
-        out[b] = {g: round(mean_t + d * (g - mean_g), 12) for g in gs}
+        floor = min(times.values())  # one outlier must not tilt a fit to <= 0 at small γ
+        out[b] = {g: round(max(floor, mean_t + d * (g - mean_g)), 12) for g in gs}
     return out
 
 

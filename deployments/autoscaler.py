@@ -13,7 +13,8 @@ Replicas report `waiting`, `busy` and `memory_bound` through `record_autoscaling
 
 With `autoscaling.policy: budget` the policy also takes, from the application's StatsBoard, the
 offered load per request class the routers observed over `demand_window_s` and each pool's
-profiled step times (`StatsBoard.autoscaling_inputs`), and `decide` runs the budget split. The
+step-time model (profiles, then served samples: `StatsBoard.autoscaling_inputs`), and `decide`
+runs the budget split. The
 board is asked without blocking Serve's control loop: at most every `_BOARD_PERIOD_S` a request
 goes out, and a tick uses the newest answer that has arrived (none older than `_INPUTS_STALE_S`:
 the rules decide meanwhile).
@@ -106,9 +107,15 @@ class PoolAutoscaler:
         views = {p: pool_view(ctx, self._tp[p]) for p, (_, ctx) in by_pool.items()}
         state = {p: ctx.policy_state.get(_STATE_KEY, {}) for p, (_, ctx) in by_pool.items()}
         now = next((ctx.current_time for _, ctx in by_pool.values() if ctx.current_time), None)
-        views, demand = self.with_inputs(views, self._board_inputs(contexts))
-        decisions, new_state = decide(views, self._cfg, state, now or time.time(), demand,
-                                      self._min_speedup)
+        fed, demand = self.with_inputs(views, self._board_inputs(contexts))
+        try:
+            decisions, new_state = decide(fed, self._cfg, state, now or time.time(), demand,
+                                          self._min_speedup)
+        except Exception:  # the split must never stop Serve's control loop: the rules decide
+            if demand is None:
+                raise
+            logger.exception("specserve autoscaling: budget split failed; the rules decide")
+            decisions, new_state = decide(views, self._cfg, state, now or time.time())
         self._record(decisions, views, contexts)
         return ({dep_id: decisions[p].replicas for p, (dep_id, _) in by_pool.items()},
                 {dep_id: {_STATE_KEY: new_state[p]} for p, (dep_id, _) in by_pool.items()})
@@ -143,7 +150,7 @@ class PoolAutoscaler:
             if self._inputs_ref is None and now - self._inputs_t >= _BOARD_PERIOD_S:
                 self._inputs_t = now
                 self._inputs_ref = self._get_board(contexts).autoscaling_inputs.remote(
-                    self._cfg.demand_window_s)
+                    self._cfg.demand_window_s, self._max_num_seqs)
         except Exception:  # the board restarts on failure; the rules decide meanwhile
             logger.exception("specserve autoscaling: stats board unreachable")
             self._inputs_ref = None

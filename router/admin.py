@@ -70,9 +70,11 @@ class AdminEndpoints:
         """The autoscaling policy's view from the StatsBoard: `policy` (rules | budget), its
         `calls` and last decision `events` (each with its reason and predicted gain), and the
         `inputs` the budget split takes (offered load per class over `demand_window_s`, each
-        pool's profiled step times; core/board.py `autoscaling_inputs`)."""
+        pool's step-time model; core/board.py `autoscaling_inputs`)."""
         scaling = self._cfg.autoscaling
         log = await self._board.autoscaler.remote()
-        inputs = await self._board.autoscaling_inputs.remote(scaling.demand_window_s)
+        inputs = await self._board.autoscaling_inputs.remote(
+            scaling.demand_window_s, {p: getattr(self._cfg, p).max_num_seqs
+                                      for p in self._cfg.pools()})
         return {"enabled": scaling.enabled, "policy": scaling.policy, "calls": log["calls"],
                 "events": log["events"][-50:], "inputs": inputs}

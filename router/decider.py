@@ -24,7 +24,7 @@ from router.features import load_tokenizer, max_prompt_tokens, prompt_tokens, re
 from router.policy import Decision, PoolLoad, RequestFeatures, admit, choose_route
 from router.pool_view import PoolHealth, PressureTracker
 from router.speedup import SPEEDUP_MODELS, PricingMode
-from router.validation import Limits, validate_request
+from router.validation import Limits, request_sequences, validate_request
 
 logger = logging.getLogger("specserve.router")
 PINS = get_args(RequestedRoute)  # "auto", "speculative", "vanilla"
@@ -160,13 +160,22 @@ class RouteDecider:
                                 self.speedup_model.speedup(features, loads))
         if decision.speedup is not None:
             self._last_auto_route[features.task] = decision.route
-        max_tokens = getattr(body, "max_completion_tokens", None) or body.max_tokens
-        self.arrivals.observe(
-            features.task, decision.may_run_on("speculative") and features.requested_route
-            != "vanilla" and "speculative" in self.pools,
-            max_tokens or self.cfg.model.max_model_len - (prompt_len or 0),
-            features.expected_tokens or 1.0)
+        self._count_arrival(body, features, decision, prompt_len, router_cfg)
         return features, decision
+
+    def _count_arrival(self, body, features: RequestFeatures, decision: Decision,
+                       prompt_len: int | None, router_cfg) -> None:
+        """Counts the request for the autoscaling policy (core/arrivals.py): its class may go
+        speculative unless something keeps it vanilla whatever the load (its options, a pin or
+        requested route, a temperature above the cap, a prompt past the speculator's context)."""
+        max_tokens = getattr(body, "max_completion_tokens", None) or body.max_tokens
+        gains = ("speculative" in self.pools and decision.may_run_on("speculative")
+                 and "vanilla" not in (features.requested_route, router_cfg.pin)
+                 and not features.beyond_speculator_context
+                 and features.temperature <= router_cfg.max_speculative_temperature)
+        tokens = max_tokens or self.cfg.model.max_model_len - (prompt_len or 0)
+        self.arrivals.observe(features.task, gains, tokens * request_sequences(body),
+                              features.expected_tokens or 1.0)
 
     def admit(self, decision: Decision, loads: dict[Route, PoolLoad], sequences: int = 1
               ) -> Decision | None:
@@ -237,7 +246,7 @@ class RouteDecider:
             try:
                 board.report_acceptance.remote(replica_id,
                                                self.speedup_model.acceptance.local_counts())
-                board.report_arrivals.remote(replica_id, self.arrivals.started,
+                board.report_arrivals.remote(replica_id, self.arrivals.age_s(),
                                              self.arrivals.counts())
                 version = self._pin_version
                 state = await board.router_state.remote(replica_id, self.generation)

@@ -17,19 +17,20 @@ from router.policy import PoolLoad
 
 
 def counts(**per_class) -> dict:
-    """{key: (requests, tokens)} -> cumulative counts as a router publishes them."""
-    return {k: {"requests": r, "tokens": t, "expected_tokens": 3.0, "gains": True}
+    """{key: (requests, tokens)} -> cumulative counts as a router publishes them (E[τ] 2)."""
+    return {k: {"requests": r, "tokens": t, "steps": t / 2, "gains": True}
             for k, (r, t) in per_class.items()}
 
 
-def test_counter_accumulates_per_class_and_keeps_the_last_estimate():
+def test_counter_accumulates_tokens_and_verification_steps_per_class():
     c = ArrivalCounter()
-    c.observe("code", True, 64, 3.5)
-    c.observe("code", True, 32, 3.8)
-    c.observe("chat", False, 100, 1.2)
+    c.observe("code", True, 64, 4.0)
+    c.observe("code", True, 32, 2.0)
+    c.observe("chat", False, 100, 0.5)  # below 1: one token per step
     got = c.counts()
-    assert got[class_key("code", True)] == {"requests": 2, "tokens": 96, "expected_tokens": 3.8,
+    assert got[class_key("code", True)] == {"requests": 2, "tokens": 96, "steps": 32.0,
                                             "gains": True}
+    assert got[class_key("chat", False)]["steps"] == 100.0
     assert got[class_key("chat", False)]["requests"] == 1
     got[class_key("code", True)]["requests"] = 99  # a copy: publishing cannot change the count
     assert c.counts()[class_key("code", True)]["requests"] == 2
@@ -43,6 +44,15 @@ def test_rate_is_the_difference_over_the_window_summed_over_routers():
     assert code["class"] == "code"
     assert code["requests_per_s"] == pytest.approx(30 / 70 + 7 / 65)
     assert code["tokens_per_s"] == pytest.approx(1500 / 70 + 350 / 65)
+    assert code["expected_tokens"] == pytest.approx(2.0)  # Σ tokens / Σ steps
+
+
+def test_a_router_that_stopped_reporting_fades_out():
+    """A replica gone (or a batch job done) at t = 50: its 10 requests in the window count over
+    the window, not at its last live rate."""
+    gone = (0.0, [(30.0, counts(code=(0, 0))), (50.0, counts(code=(20, 400)))])
+    (load,) = offered_load([gone], now=100.0, window_s=60.0)
+    assert load["requests_per_s"] == pytest.approx(20 / 70)
 
 
 def test_a_router_started_inside_the_window_counts_from_zero_at_its_start():
@@ -69,7 +79,14 @@ def test_the_decider_counts_every_decided_request_by_class():
     got = decider.arrivals.counts()
     assert {k: (c["requests"], c["tokens"]) for k, c in got.items()} == {
         "code|speculative": (1, 48), "code|vanilla": (1, 48)}
-    assert got["code|speculative"]["expected_tokens"] >= 1.0
+    assert 0 < got["code|speculative"]["steps"] <= 48  # 48 tokens at the router's E[τ] >= 1
+    decider.decide(CompletionRequest(model="m", prompt=["def f(x):", "def g(y):"], n=2,
+                                     max_tokens=10, temperature=0), loads)
+    assert decider.arrivals.counts()["code|speculative"]["tokens"] == 48 + 4 * 10  # 4 sequences
+    decider.set_pin("vanilla")  # a pin keeps every class off the speculative pool
+    decider.decide(CompletionRequest(model="m", prompt="def f(x):", max_tokens=5,
+                                     temperature=0), loads)
+    assert decider.arrivals.counts()["code|vanilla"]["tokens"] == 48 + 5
 
 
 def test_adapter_feeds_the_boards_inputs_to_the_budget_split():

@@ -75,5 +75,8 @@ def test_smoothing_keeps_one_noisy_point_from_choosing_gamma():
     assert best_draft_length(ALPHAS, fitted) == best_draft_length(ALPHAS, true)
     assert smooth_step_times({8: true})[8] == pytest.approx(true)  # a line stays itself
     assert smooth_step_times({1: {4: 2.0}}) == {1: {4: 2.0}}  # one point: nothing to fit
+    outlier = smooth_step_times({1: {0: .010, 1: .012, 2: .013, 3: .014, 4: .090}})[1]
+    assert min(outlier.values()) >= .010  # one outlier cannot tilt the line to <= 0 at γ = 0
+    best_draft_length(ALPHAS, outlier)  # a usable profile (a step time <= 0 would raise)
     falling = smooth_step_times({1: {0: 2.0, 4: 1.0}})[1]  # noise cannot make drafts free
     assert falling[0] == falling[4] == pytest.approx(1.5)
