@@ -101,9 +101,9 @@ class AutoscalingConfig(Strict):
         120.0, gt=0, description="Budget split: seconds from a replica's target to its serving "
         "until a start has been measured; then each pool's measured start time counts.")
     demand_window_s: float = Field(
-        60.0, ge=2.0, le=600.0, description="Budget split: the offered load is the routers' arrivals per "
-        "request class over this many seconds (core/arrivals.py; at least a few of the "
-        "routers' 0.5 s reports, at most the 600 s the StatsBoard keeps).")
+        60.0, ge=2.0, le=600.0, description="Budget split: the offered load is the routers' "
+        "arrivals per request class over this many seconds (core/arrivals.py; at least a few "
+        "of the routers' 0.5 s reports, at most the 600 s the StatsBoard keeps).")
     load_horizon_s: float = Field(
         600.0, gt=0, description="Budget split: how long the observed load is expected to last; "
         "a move pays only if its gain over this time exceeds what its replica starts cost.")

@@ -122,11 +122,7 @@ class StatsBoard:
         for pool, stats in self.snapshot().pools.items():
             model = self._step_models.setdefault(
                 pool, StepTimeModel(max_batch=(max_num_seqs or {}).get(pool)))
-            model.load_profile(stats.profile)
-            for replica, sample_id, batch, step_s in stats.step_samples:
-                if self._seen_samples.get(replica) != sample_id:
-                    self._seen_samples[replica] = sample_id
-                    model.observe(batch, step_s)
+            model.fold(stats.profile, stats.step_samples, self._seen_samples)
         demand = offered_load(self._arrivals.values(), now, window_s) if self._arrivals \
             else None
         return {"demand": demand, "step_times": {p: m.points() for p, m in

@@ -61,6 +61,20 @@ class StepTimeModel:
                 self._mean_s[b] = step_s
                 self._profiled.add(b)
 
+    def fold(self, profile: dict[int, float], samples, seen: dict[str, int]) -> None:
+        """Folds one pool's StatsBoard entry: its replicas' startup `profile` (`load_profile`),
+        then each replica's newest served sample, once (`seen`: replica id -> the sample id
+        last folded, kept by the caller across calls).
+
+        Args:
+            samples: [(replica id, sample id, batch, seconds per step)] (`PoolStats.step_samples`).
+        """
+        self.load_profile(profile)
+        for replica, sample_id, batch, step_s in samples:
+            if seen.get(replica) != sample_id:
+                seen[replica] = sample_id
+                self.observe(batch, step_s)
+
     def _running(self, batch: float) -> float:
         return min(batch, self.max_batch) if self.max_batch else batch
 

@@ -14,10 +14,9 @@ Replicas report `waiting`, `busy` and `memory_bound` through `record_autoscaling
 With `autoscaling.policy: budget` the policy also takes, from the application's StatsBoard, the
 offered load per request class the routers observed over `demand_window_s` and each pool's
 step-time model (profiles, then served samples: `StatsBoard.autoscaling_inputs`), and `decide`
-runs the budget split. The
-board is asked without blocking Serve's control loop: at most every `_BOARD_PERIOD_S` a request
-goes out, and a tick uses the newest answer that has arrived (none older than `_INPUTS_STALE_S`:
-the rules decide meanwhile).
+runs the budget split. The board is asked without blocking Serve's control loop: at most every
+`_BOARD_PERIOD_S` a request goes out, and a tick uses the newest answer that has arrived (none
+older than `_INPUTS_STALE_S`: the rules decide meanwhile).
 
 Every invocation counts; every change of a pool's target or reason is logged with its reason
 (logger `ray.serve`, so it lands in the controller's log), counted in

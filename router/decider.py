@@ -102,7 +102,7 @@ class RouteDecider:
         (router.features.max_prompt_tokens) already within every limit: short prompts, the
         common case, skip the tokenizer."""
         bound = max_prompt_tokens(body)
-        max_tokens = getattr(body, "max_completion_tokens", None) or body.max_tokens or 1
+        max_tokens = _max_tokens(body) or 1
         context = self.speculator_context
         if bound + max_tokens <= self.cfg.model.max_model_len and (context is None
                                                                   or bound < context):
@@ -168,7 +168,7 @@ class RouteDecider:
         """Counts the request for the autoscaling policy (core/arrivals.py): its class may go
         speculative unless something keeps it vanilla whatever the load (its options, a pin or
         requested route, a temperature above the cap, a prompt past the speculator's context)."""
-        max_tokens = getattr(body, "max_completion_tokens", None) or body.max_tokens
+        max_tokens = _max_tokens(body)
         gains = ("speculative" in self.pools and decision.may_run_on("speculative")
                  and "vanilla" not in (features.requested_route, router_cfg.pin)
                  and not features.beyond_speculator_context
@@ -264,6 +264,12 @@ class RouteDecider:
             except Exception:  # the board restarts on failure; keep the last state meanwhile
                 logger.exception("stats board unreachable")
             await asyncio.sleep(PUSH_PERIOD_S)
+
+
+def _max_tokens(body) -> int | None:
+    """The request's output-token limit: `max_completion_tokens` (chat) or `max_tokens`; None
+    when unset (the engine's limit applies)."""
+    return getattr(body, "max_completion_tokens", None) or body.max_tokens
 
 
 def route_headers(features: RequestFeatures, decision: Decision) -> dict[str, str]:

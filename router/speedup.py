@@ -63,11 +63,7 @@ class SpeedupModel:
         for pool, stats in pools.items():
             model = self.step_times.setdefault(
                 pool, StepTimeModel(max_batch=self.max_num_seqs.get(pool)))
-            model.load_profile(stats.profile)
-            for replica, sample_id, batch, step_s in stats.step_samples:
-                if self._seen_samples.get(replica) != sample_id:
-                    self._seen_samples[replica] = sample_id
-                    model.observe(batch, step_s)
+            model.fold(stats.profile, stats.step_samples, self._seen_samples)
 
     def expected_tokens(self, task: TaskType, temperature: float) -> float:
         """E[τ] for this task and temperature from the current per-position α."""
