@@ -10,12 +10,14 @@ and deletes it in turn. The name says who owns it, so nothing else needs to reme
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import time
 
 import ray
 from ray import serve
+from ray.serve._private.router import SingletonThreadRouter
 from ray.serve.handle import DeploymentHandle
 
 from core import Route, SpecserveConfig, use_ray_node_env
@@ -127,6 +129,36 @@ def _pool_handles(app: str) -> dict[Route, DeploymentHandle]:
     deployments = serve.status().applications[app].deployments
     return {pool: serve.get_deployment_handle(pool, app).options(stream=True)
             for pool in ("vanilla", "speculative") if pool in deployments}
+
+
+# Serve's handle probes a replica's queue length before sending it a request
+# (ray/serve/_private/request_router/replica_wrapper.py `RunningReplica.get_queue_len`); a probe
+# orphaned by a cancelled row still runs on Serve's router loop, and `ray.shutdown()` under it makes
+# its `ray.cancel` auto-connect to a Ray that is gone and log a traceback.
+_QUEUE_LEN_PROBE = "RunningReplica.get_queue_len"
+PROBES_WAIT_S = 2.0  # above Serve's largest probe deadline (1 s by default)
+
+
+def settle_handles(handles: dict[Route, DeploymentHandle], wait_s: float = PROBES_WAIT_S) -> None:
+    """Shuts the pools' handles down and waits, at most `wait_s` seconds, for the queue-length
+    probes still running on Serve's router loop, so that `ray.shutdown()` cancels none of them.
+    Call it after the last request and before `ray.shutdown()`."""
+    for handle in handles.values():
+        handle.shutdown()
+    loop = SingletonThreadRouter._asyncio_loop
+    if loop is None or not loop.is_running():
+        return
+
+    async def probes_done() -> None:
+        probes = [t for t in asyncio.all_tasks()
+                  if getattr(t.get_coro(), "__qualname__", "") == _QUEUE_LEN_PROBE]
+        if probes:
+            await asyncio.wait(probes, timeout=wait_s)
+
+    try:
+        asyncio.run_coroutine_threadsafe(probes_done(), loop).result(wait_s + 1.0)
+    except Exception:  # the loop stopped meanwhile: nothing left to wait for
+        pass
 
 
 def close_app(name: str, log) -> None:

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import ray
 
-from cluster.batch.app import ClusterUnavailable, close_app, connect_ray, in_ray_job, open_app
+from cluster.batch.app import (ClusterUnavailable, close_app, connect_ray, in_ray_job, open_app,
+                               settle_handles)
 from cluster.batch.output import OutputBusy, OutputFailed, OutputFile
 from cluster.batch.resume import config_fingerprint, plan_resume
 from cluster.batch.router import BatchRouter
@@ -134,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
             "(--replace-changed): those rows run again")
     stats = BatchStats(total=count_lines(args.input))
     writer = RowWriter(out, args.ordered, ORDER_WINDOW_PER_SLOT * args.max_in_flight)
-    app, owned, failure = None, False, None
+    app, owned, failure, handles = None, False, None, {}
     try:
         connect_ray(args.address, cfg, args.wait_s, log)
         app, handles, owned = open_app(cfg, args.app, args.wait_s, log)
@@ -153,6 +154,8 @@ def run(args: argparse.Namespace) -> int:
         except OutputFailed as e:
             failure = failure or e
             log(f"--output {args.output}: {e}")
+        if handles:
+            settle_handles(handles)
         if owned and not args.keep_app:
             close_app(app, log)
         if ray.is_initialized():

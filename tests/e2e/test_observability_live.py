@@ -130,9 +130,17 @@ def test_every_panel_and_rule_has_sane_series_in_a_real_prometheus(server, clien
             f"{ {n: v for n, v in r['metric'].items() if n in LABELS} }={float(r['value'][1]):.4g}"
             for r in result))
 
-    # Semantics the catalog promises: a vanilla request gets one token per output.
-    per_output = {r["metric"]["deployment"]: float(r["value"][1])
-                  for r in results["tokens_per_step[0] {{deployment}}: tokens per output"]}
+    # Semantics the catalog promises: a vanilla request gets one token per output. Ray exports
+    # the token counter and the latency histograms' counts on their own schedules, so the ratio
+    # is right once the export has caught up with the last traffic (seen 0.85 at first, in CI).
+    key = "tokens_per_step[0] {{deployment}}: tokens per output"
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        per_output = {r["metric"]["deployment"]: float(r["value"][1])
+                      for r in prometheus.query(queries[key][0])}
+        if abs(per_output.get("vanilla", 0.0) - 1.0) <= 0.01 or time.monotonic() > deadline:
+            break
+        time.sleep(5)
     assert per_output["vanilla"] == pytest.approx(1.0, abs=0.01), per_output
     assert per_output["speculative"] >= 1.0, per_output
 
