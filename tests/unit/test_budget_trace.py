@@ -1,0 +1,94 @@
+"""The live budget-trace benchmark's pure parts: the trace's phases, the systems at one budget,
+per-phase goodput (by send time, within the SLO), the targets' ratios and the report."""
+
+import argparse
+import itertools
+from dataclasses import asdict
+
+import pytest
+
+from bench.budget_report import targets, write_report
+from bench.budget_trace import Sent, phases, summarize, systems
+from bench.client import Sample
+from bench.summary import Slo
+from bench.workload import jobs
+from core import DEFAULT_CONFIG_PATH, SpecserveConfig
+
+SLO = Slo(ttft_s=1.0, tpot_s=0.05)
+
+
+def args(**kw) -> argparse.Namespace:
+    base = dict(phase_s=100.0, low_rps=0.5, burst_rps=3.0, lull_rps=0.2, switch_max_batch=16,
+                eager=True, tpot_slo_ms=50.0, upscale_delay_s=10.0, downscale_delay_s=30.0,
+                demand_window_s=30.0, systems=None)
+    return argparse.Namespace(**(base | kw))
+
+
+def sample(tokens: int, tpot_s: float, ttft_s: float = 0.1, route: str = "vanilla") -> Sample:
+    return Sample(task="code", ok=True, ttft_s=ttft_s, completion_tokens=tokens, route=route,
+                  latency_s=ttft_s + tpot_s * (tokens - 1))
+
+
+def test_chat_workload_is_chat_and_creative_prompts():
+    got = list(itertools.islice(jobs("chat", "m", seed=1), 100))
+    assert {j.task for j in got} == {"chat", "creative"}
+
+
+def test_every_system_holds_the_same_budget():
+    base = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH)
+    got = systems(base, 2, args())
+    assert list(got) == ["vanilla-x2", "routed-1+1", "speculative-x2", "vllm-switch-x2",
+                         "autoscaled"]
+    for name, cfg in got.items():
+        most = sum(cfg.most_replicas(p) * getattr(cfg, p).tensor_parallel_size
+                   for p in cfg.pools())
+        if cfg.autoscaling.enabled:
+            assert cfg.autoscaling.budget_accelerators == 2 and cfg.autoscaling.policy == "budget"
+            assert [cfg.initial_replicas(p) for p in cfg.pools()] == [1, 1]
+            assert {cfg.autoscaling.pool(p).min_replicas for p in cfg.pools()} == {0}
+        else:
+            assert most == 2, name
+    schedule = got["vllm-switch-x2"].speculative.speculator.num_speculative_tokens_per_batch_size
+    assert [tuple(row) for row in schedule][0] == (1, 16, 4) and schedule[1][2] == 0
+    assert list(systems(base, 2, args(systems=["vllm", "autoscaled"]))) == [
+        "vllm-switch-x2", "autoscaled"]
+
+
+def test_goodput_counts_the_tokens_of_requests_within_the_slo_by_send_phase():
+    trace = phases(args(phase_s=100.0))
+    sent = [Sent("code", 10.0, sample(100, 0.01)),           # met
+            Sent("code", 60.0, sample(50, 0.2)),             # TPOT missed
+            Sent("code", 70.0, sample(30, 0.01, ttft_s=3)),  # TTFT missed
+            Sent("chat", 150.0, sample(40, 0.01)),
+            Sent("burst", 260.0, Sample(task="chat", error="429"))]
+    f = summarize(sent, trace, SLO)
+    assert f["code"]["goodput_tok_s"] == 1.0 and f["code"]["output_tok_s"] == 1.8
+    assert f["code"]["slo_attainment"] == pytest.approx(1 / 3, abs=1e-3)
+    assert f["code@settled"]["requests"] == 2 and f["code@settled"]["goodput_tok_s"] == 0.0
+    assert f["burst"]["errors"] == 1 and f["burst"]["routes"] == {"-": 1}
+    assert f["trace"]["goodput_tok_s"] == pytest.approx(140 / 400, abs=0.05)  # 0.1 tok/s rounding
+
+
+def _results(auto_tok: float, static_tok: dict) -> dict:
+    trace = phases(args(phase_s=100.0))
+    out = {"command": "t", "budget": 2, "trace": [asdict(p) for p in trace],
+           "slo": {"ttft_ms": 1000.0, "tpot_ms": 50.0}, "systems": {}}
+    for name, tok in {**static_tok, "autoscaled": auto_tok}.items():
+        sent = [Sent(p.name, 100.0 * i + s, sample(int(tok), 0.01))
+                for i, p in enumerate(trace) for s in (10.0, 60.0)]
+        out["systems"][name] = {"start_s": 1.0, "figures": summarize(sent, trace, SLO),
+                                "timeline": [{"t_s": 0.0, "vanilla": 1, "speculative": 1}],
+                                "events": [], "requests": [
+                                    {"phase": x.phase, "t_s": x.t_s, **asdict(x.sample)}
+                                    for x in sent]}
+    return out
+
+
+def test_targets_compare_with_the_best_static_system(tmp_path):
+    met = targets(_results(130, {"vanilla-x2": 100, "routed-1+1": 80}))
+    assert "1.30x" in met[0] and "met" in met[0] and "vanilla-x2" in met[0]
+    missed = targets(_results(90, {"vanilla-x2": 100, "routed-1+1": 80}))
+    assert "0.90x" in missed[0] and "missed" in missed[0] and "0.90x" in missed[1]
+    write_report(_results(90, {"vanilla-x2": 100}), tmp_path)
+    assert "## Targets" in (tmp_path / "report.md").read_text()
+    assert (tmp_path / "replicas.png").stat().st_size > 10_000
