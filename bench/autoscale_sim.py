@@ -106,7 +106,8 @@ def simulate(policy: str, cfg: AutoscalingConfig, trace: list, static: dict[str,
              etau: dict[str, float] | None = None, tp: int = 1, cohort: int = 1,
              global_etau: float = 3.44, policy_interval_s: float = 1.0,
              dynamo_itl_fraction: float = 1.0) -> dict:
-    """Runs the trace; returns accelerator-hours, SLO attainment and replica extremes."""
+    """Runs the trace; returns accelerator-hours, SLO attainment, the output tokens of the requests
+    that met the SLO (`met_tokens`, each request's tokens × its cohort) and replica extremes."""
     etau = etau or CPU.expected_tokens
     pools = {}
     for name in POOLS:
@@ -117,7 +118,7 @@ def simulate(policy: str, cfg: AutoscalingConfig, trace: list, static: dict[str,
     state: dict = {}
     arrivals: deque = deque()  # (t, task, tokens × cohort) over the demand window
     sent = {name: 0.0 for name in POOLS}
-    accel_s, met, done, tpot_sum = 0.0, 0, 0, 0.0
+    accel_s, met, done, tpot_sum, met_tokens = 0.0, 0, 0, 0.0, 0
     peak = {name: 0 for name in POOLS}
     timeline: dict[int, list] = {}  # 10-min bin -> [met, done, vanilla, speculative replicas]
     end = max(r.t for r in trace) + 600
@@ -159,6 +160,7 @@ def simulate(policy: str, cfg: AutoscalingConfig, trace: list, static: dict[str,
             tpot = (finish_t - arrival) / tokens
             ok = w * (tpot <= slo_tpot_s)
             done, tpot_sum, met = done + w, tpot_sum + tpot * w, met + ok
+            met_tokens += ok * tokens
             row = timeline.setdefault(int(t // 600), [0, 0, 0, 0])
             row[0], row[1] = row[0] + ok, row[1] + w
         if policy == "static" or t < next_policy:
@@ -175,6 +177,7 @@ def simulate(policy: str, cfg: AutoscalingConfig, trace: list, static: dict[str,
             targets = queue_length_policy(pools, cfg, state, t, ongoing)
         _apply(pools, targets, t, startup_s, cfg.budget_accelerators, tp)
     return {"accelerator_hours": accel_s / 3600, "slo": met / max(done, 1), "done": done,
+            "met_tokens": met_tokens,
             "mean_tpot_ms": 1e3 * tpot_sum / max(done, 1), "peak": peak,
             "timeline": [(b * 600, *row) for b, row in sorted(timeline.items())]}
 

@@ -23,7 +23,9 @@ Per phase and over the trace: goodput (DistServe, Zhong et al. 2024: output toke
 the requests that met TTFT ≤ `--ttft-slo-ms` and TPOT ≤ `--tpot-slo-ms`, and those requests per
 second), output tok/s, SLO attainment, TTFT / TPOT p99, the route mix. A request belongs to the
 phase it was sent in; its tokens count over that phase's length. Replicas of each pool are polled
-every `POLL_S` seconds; the autoscaled system's decisions come from `GET /admin/autoscaling`.
+every `POLL_S` seconds; from `GET /admin/autoscaling` each system keeps the pools' step-time
+curves at the trace's end (for `bench.autoscale_sim --live`) and the autoscaled system its
+decisions.
 The report opens with the targets: autoscaled ≥ 1.2x the best static split's goodput over the
 trace, and ≥ 0.95x it in each phase once the split has settled (the phase's second half).
 Output: DIR/results.json, DIR/report.md, DIR/replicas.png (load and replicas over time).
@@ -130,7 +132,7 @@ async def replay(url: str, trace: list[Phase], model: str, seed: int,
                 timeline.append({"t_s": round(time.perf_counter() - t0, 1), **row})
                 try:
                     await asyncio.wait_for(stop.wait(), POLL_S)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
 
         async def one(phase: str, t_s: float, job) -> None:
@@ -216,9 +218,8 @@ def run_system(name: str, cfg: SpecserveConfig, trace: list[Phase], args) -> dic
         asyncio.run(_warm(url, model, args.warmup))
         timeline: list[dict] = []
         sent = asyncio.run(replay(url, trace, model, args.seed, timeline, poll))
-        events = []
-        if cfg.autoscaling.enabled:
-            events = httpx.get(url + "/admin/autoscaling", timeout=30).json()["events"]
+        admin = httpx.get(url + "/admin/autoscaling", timeout=30).json()
+        events = admin["events"] if cfg.autoscaling.enabled else []
     finally:
         serve.delete(APP)
         reap_new_engines(before)
@@ -230,7 +231,7 @@ def run_system(name: str, cfg: SpecserveConfig, trace: list[Phase], args) -> dic
               f"({f['slo_attainment']:.0%} in SLO), {f['output_tok_s']:7.1f} tok/s, "
               f"TPOT p99 {f['tpot_p99_ms']} ms, routes {f['routes']}", flush=True)
     return {"start_s": round(start_s, 1), "figures": figures, "timeline": timeline,
-            "events": events,
+            "events": events, "step_times": admin["inputs"]["step_times"],
             "requests": [{"phase": x.phase, "t_s": round(x.t_s, 3), **asdict(x.sample)}
                          for x in sent]}
 
@@ -289,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     budget = args.budget or node_cores()
     trace = phases(args)
     results: dict = {"command": " ".join(["python -m bench.budget_trace", *(argv or sys.argv[1:])]),
+                     "args": {k: v if isinstance(v, (int, float, str, list, type(None)))
+                              else str(v) for k, v in vars(args).items()},
                      "budget": budget, "trace": [asdict(ph) for ph in trace],
                      "slo": {"ttft_ms": args.ttft_slo_ms, "tpot_ms": args.tpot_slo_ms},
                      "systems": {}}

@@ -157,7 +157,7 @@ def settle_handles(handles: dict[Route, DeploymentHandle], wait_s: float = PROBE
 
     try:
         asyncio.run_coroutine_threadsafe(probes_done(), loop).result(wait_s + 1.0)
-    except Exception:  # the loop stopped meanwhile: nothing left to wait for
+    except (TimeoutError, RuntimeError):  # probes past their deadline, or the loop stopped
         pass
 
 

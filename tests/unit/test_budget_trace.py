@@ -10,6 +10,7 @@ import pytest
 from bench.budget_report import targets, write_report
 from bench.budget_trace import Sent, phases, summarize, systems
 from bench.client import Sample
+from bench.sim_live import live_goodput, measured_etau, measured_profiles, static_split
 from bench.summary import Slo
 from bench.workload import jobs
 from core import DEFAULT_CONFIG_PATH, SpecserveConfig
@@ -18,9 +19,9 @@ SLO = Slo(ttft_s=1.0, tpot_s=0.05)
 
 
 def args(**kw) -> argparse.Namespace:
-    base = dict(phase_s=100.0, low_rps=0.5, burst_rps=3.0, lull_rps=0.2, switch_max_batch=16,
-                eager=True, tpot_slo_ms=50.0, upscale_delay_s=10.0, downscale_delay_s=30.0,
-                demand_window_s=30.0, systems=None)
+    base = {"phase_s": 100.0, "low_rps": 0.5, "burst_rps": 3.0, "lull_rps": 0.2,
+            "switch_max_batch": 16, "eager": True, "tpot_slo_ms": 50.0, "upscale_delay_s": 10.0,
+            "downscale_delay_s": 30.0, "demand_window_s": 30.0, "systems": None}
     return argparse.Namespace(**(base | kw))
 
 
@@ -49,7 +50,7 @@ def test_every_system_holds_the_same_budget():
         else:
             assert most == 2, name
     schedule = got["vllm-switch-x2"].speculative.speculator.num_speculative_tokens_per_batch_size
-    assert [tuple(row) for row in schedule][0] == (1, 16, 4) and schedule[1][2] == 0
+    assert tuple(schedule[0]) == (1, 16, 4) and schedule[1][2] == 0
     assert list(systems(base, 2, args(systems=["vllm", "autoscaled"]))) == [
         "vllm-switch-x2", "autoscaled"]
 
@@ -92,3 +93,20 @@ def test_targets_compare_with_the_best_static_system(tmp_path):
     write_report(_results(90, {"vanilla-x2": 100}), tmp_path)
     assert "## Targets" in (tmp_path / "report.md").read_text()
     assert (tmp_path / "replicas.png").stat().st_size > 10_000
+
+
+def test_sim_live_maps_systems_and_measures_its_inputs():
+    assert static_split("routed-1+1", 2) == {"vanilla": 1, "speculative": 1}
+    assert static_split("vanilla-x2", 2) == {"vanilla": 2, "speculative": 0}
+    assert static_split("autoscaled", 2) is None and static_split("vllm-switch-x2", 2) is None
+    results = _results(100, {"routed-1+1": 100})
+    for system in results["systems"].values():
+        system["step_times"] = {"vanilla": {"1": 0.01, "64": 0.05},
+                                "speculative": {"1": 0.02, "64": 0.2}}
+        for r in system["requests"]:
+            r["route"], r["acceptance_histogram"] = "speculative", [1, 0, 0, 0, 3]
+    etau = measured_etau(results)
+    assert etau["code"] == pytest.approx(1 + 12 / 4) and etau["chat"] == 1.0
+    assert measured_profiles(results, "autoscaled")["vanilla"] == {1: 0.01, 64: 0.05}
+    # 8 requests of 100 tokens, each in 0.1 + 99 x 0.01 s = 1.09 s: within a 50 ms TPOT SLO
+    assert live_goodput(results["systems"]["routed-1+1"], 0.05, 400.0) == pytest.approx(2.0)
