@@ -48,6 +48,10 @@ def serve_config(lab) -> SpecserveConfig:
     data = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH).model_dump(mode="json")
     for pool in ("vanilla", "speculative"):
         data[pool]["enforce_eager"] = True  # start in seconds; decode speed is not tested here
+        # Profiles to batch 32 (the burst in tests/e2e/test_routing.py holds 25), not 128: half a
+        # minute less at every replica start on 2 cores; beyond it the step-time model extends
+        # along its last segment, then served samples.
+        data[pool]["profile_max_batch"] = 32
     data["server"]["port"] = TEST_PORT
     # An admission bound the overload test can reach (test_routing's burst holds 24 + 1).
     data["server"]["max_in_flight_per_replica"] = MAX_IN_FLIGHT_PER_REPLICA
