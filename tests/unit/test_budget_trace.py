@@ -7,6 +7,7 @@ from dataclasses import asdict
 
 import pytest
 
+from bench.autoscale_sim import cheapest_at, verdict
 from bench.budget_report import targets, write_report
 from bench.budget_trace import Sent, phases, summarize, systems
 from bench.client import Sample
@@ -110,3 +111,17 @@ def test_sim_live_maps_systems_and_measures_its_inputs():
     assert measured_profiles(results, "autoscaled")["vanilla"] == {1: 0.01, 64: 0.05}
     # 8 requests of 100 tokens, each in 0.1 + 99 x 0.01 s = 1.09 s: within a 50 ms TPOT SLO
     assert live_goodput(results["systems"]["routed-1+1"], 0.05, 400.0) == pytest.approx(2.0)
+
+
+def test_sim_verdict_compares_the_cheapest_runs_at_the_attainment_target():
+    def run(hours, slo):
+        return {"accelerator_hours": hours, "slo": slo}
+
+    ours = [run(380, 0.97), run(420, 0.992), run(500, 0.995)]
+    assert cheapest_at(ours, 0.99) == run(420, 0.992)
+    got = verdict(ours, [run(360, 0.95), run(430, 0.976), run(520, 0.991)])
+    assert "ours 420.0 h, theirs 520.0 h (19.2% fewer): met" in got
+    assert "interpolated 95.74%, ours 97.00%: met" in got
+    assert "theirs never reaches 99%" in verdict(ours, [run(360, 0.95)])
+    assert "(2.9% fewer): missed" in verdict(ours, [run(432.5, 0.99)])
+    assert verdict([run(380, 0.97)], [run(360, 0.95)]).startswith("ours never reaches 99%")
