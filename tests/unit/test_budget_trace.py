@@ -7,7 +7,7 @@ from dataclasses import asdict
 
 import pytest
 
-from bench.autoscale_sim import cheapest_at, verdict
+from bench.sim_verdict import cheapest_at, verdict
 from bench.budget_report import targets, write_report
 from bench.budget_trace import Sent, phases, summarize, systems
 from bench.client import Sample
