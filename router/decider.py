@@ -158,7 +158,7 @@ class RouteDecider:
         decision = choose_route(features, loads, router_cfg,
                                 self._last_auto_route.get(features.task),
                                 self.speedup_model.speedup(features, loads))
-        if decision.speedup is not None:
+        if decision.reason in ("speculation_pays", "speculation_costs"):  # S chose the route
             self._last_auto_route[features.task] = decision.route
         self._count_arrival(body, features, decision, prompt_len, router_cfg)
         return features, decision

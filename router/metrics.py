@@ -46,8 +46,8 @@ class RouterMetrics:
         self.requests = Counter("specserve_requests", "Requests routed, by path, reason and task.",
                                 ["route", "reason", "task"], registry=self.registry)
         self.speedup = Histogram("specserve_expected_speedup", "Expected speedup S of the "
-                                 "speculative path at decision time, by task and the route "
-                                 "taken.", ["task", "route"],
+                                 "speculative path at decision time (auto, requested or pinned "
+                                 "routes), by task and the route taken.", ["task", "route"],
                                  buckets=(0.5, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2, 3, 4, 6),
                                  registry=self.registry)
         self.wakes = Counter("specserve_pool_wakes", "Wake calls sent to a pool scaled to zero "

@@ -102,7 +102,10 @@ class PoolLoad:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """The chosen path, why, and the expected speedup S behind it (None when not computed).
+    """The chosen path, why, and the expected speedup S of the speculative path for the request
+    (None when not computed). S is told for a requested or pinned route too (what the request
+    gains or gives up there), so that the mean predicted S of the requests the speculative pool
+    serves covers the same requests as its realized TPOT (cluster/observability/panels.py).
 
     `eligible` names the pools the request may run on at all (None: any): a move to another
     pool (full, down, failed) must stay within it.
@@ -185,8 +188,8 @@ def choose_route(req: RequestFeatures, pools: Mapping[Route, PoolLoad], cfg: Rou
 def _preferred_route(req: RequestFeatures, pools: Mapping[Route, PoolLoad], cfg: RouterConfig,
                      previous: Route | None, lossy: bool, speedup: float | None) -> Decision:
     """The route `choose_route` picks when every pool is available."""
-    if req.requested_route != "auto":
-        return Decision(req.requested_route, "requested")
+    if req.requested_route != "auto":  # S still told: what this request gains or gives up
+        return Decision(req.requested_route, "requested", speedup)
     if len(pools) == 1:
         return Decision(next(iter(pools)), "only_pool")
     if req.unsupported_options:  # before the pin: the speculative pool would refuse it
@@ -194,7 +197,7 @@ def _preferred_route(req: RequestFeatures, pools: Mapping[Route, PoolLoad], cfg:
     if lossy:  # before the pin too: never a distribution other than the target's
         return Decision("vanilla", "speculation_lossy")
     if cfg.pin != "auto":
-        return Decision(cfg.pin, "pinned")
+        return Decision(cfg.pin, "pinned", speedup)
     if req.beyond_speculator_context:
         return Decision("vanilla", "beyond_speculator_context")
     if req.temperature > cfg.max_speculative_temperature:

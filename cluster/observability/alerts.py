@@ -97,8 +97,8 @@ ALERTS: tuple[Alert, ...] = (
           "Speculation realizes a speedup of {{ $value | printf \"%.2f\" }}, below "
           f"{SLOWER_FRACTION:.0%} of what the router predicts",
           "Realized S (mean time per output token of the vanilla pool over the speculative "
-          "pool's, last 15 min) against the mean S the router predicted for the requests it "
-          "sent speculative: its cost model (step-time profile, acceptance) is off, so it "
+          "pool's, last 15 min) against the mean S the router predicted for the requests that "
+          "pool served: its cost model (step-time profile, acceptance) is off, so it "
           "sends requests speculative that would run faster on vanilla."),
     Alert("SpecserveSustained429",
           f"sum({rate('specserve_requests_total', REFUSED, '5m')}) / "

@@ -100,8 +100,9 @@ ROWS: tuple[Row, ...] = (
     )),
     Row("Speculation: predicted and realized", (
         Panel("speedup", "Speedup S: predicted vs realized",
-              "Predicted: mean S the router expected for the requests it sent to the speculative "
-              "pool. Realized: mean time per output token of the vanilla pool over the "
+              "Predicted: mean S the router expected for the requests the speculative pool "
+              "served (its own choices, requested and pinned routes). Realized: mean time per "
+              "output token of the vanilla pool over the "
               "speculative pool's, in the same window (each at its own load).", "none",
               (Query(mean("specserve_expected_speedup", 'route="speculative"'),
                      "predicted (requests sent speculative)"),

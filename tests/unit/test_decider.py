@@ -43,6 +43,22 @@ def test_runtime_pin_overrides_config_and_unpins(measured):
     assert (decider.pin, decider.pin_source) == ("auto", "config")
 
 
+def test_a_forced_route_tells_its_speedup_and_leaves_the_hysteresis_alone(measured):
+    """A requested or pinned route carries the S the router predicts for the request (the
+    predicted-vs-realized panel averages over every request the speculative pool serves); only
+    the router's own choices move its hysteresis memory."""
+    decider = measured
+    _, auto = decider.decide(code(), LOADS)
+    assert (auto.route, auto.reason) == ("speculative", "speculation_pays")
+    _, forced = decider.decide(code(route="vanilla"), LOADS)
+    assert (forced.route, forced.reason, forced.speedup) == ("vanilla", "requested",
+                                                             auto.speedup)
+    decider.set_pin("vanilla")
+    _, pinned = decider.decide(code(), LOADS)
+    assert (pinned.route, pinned.reason, pinned.speedup) == ("vanilla", "pinned", auto.speedup)
+    assert decider._last_auto_route["code"] == "speculative"  # neither forced route counted
+
+
 @pytest.mark.parametrize("pin, message", [("fast", "must be one of"), (3, "must be one of")])
 def test_bad_pin_names_the_field(decider, pin, message):
     with pytest.raises(ValueError, match=f"pin: {message}"):
