@@ -9,6 +9,11 @@ the same thing at inference:
     r      = r + mlp(post_attention_layernorm(r))
     logits = lm_head(norm(r));  the next step's g = r (pre-norm, vLLM's `aux_output`)
 
+EAGLE 3.1 (`v31=True`; arXiv 2605.09992, vLLM PR #42764, read in the installed
+`llama_eagle3.py`: config flags `fc_norm` and `norm_output`) changes two things: each fused aux
+layer gets its own RMSNorm before `fc` (`fc_norm.{i}`), and the next step's g is the *post*-norm
+state norm(r), against the attention drift of deeper drafts over long contexts.
+
 embed is the target's own embedding (the export leaves `embed_tokens` out, so vLLM shares the
 target's). Training-time test: step j at anchor i reads token x[i+j+1] at position i+j, attends to
 the step-0 keys of anchors <= i (the draft's KV cache of verified tokens) plus its own keys of steps
@@ -54,9 +59,14 @@ class _MidLayer(nn.Module):
 
 
 class Eagle3Head(nn.Module):
-    """One-layer EAGLE-3 drafter; `embed` is the frozen target embedding (not a parameter)."""
+    """One-layer EAGLE-3 drafter (EAGLE 3.1 with `v31`); `embed` is the frozen target embedding
+    (not a parameter)."""
 
-    def __init__(self, target: LlamaForCausalLM, aux_layer_ids: tuple[int, ...], seed: int) -> None:
+    fc_norm: nn.ModuleList | None = None  # EAGLE 3.1: one RMSNorm per fused aux layer before fc
+    norm_output = False  # EAGLE 3.1: the next draft step reads the post-norm hidden state
+
+    def __init__(self, target: LlamaForCausalLM, aux_layer_ids: tuple[int, ...], seed: int,
+                 v31: bool = False) -> None:
         super().__init__()
         cfg = target.config
         torch.manual_seed(seed)
@@ -68,6 +78,9 @@ class Eagle3Head(nn.Module):
         self.midlayer = _MidLayer(cfg)
         self.norm = LlamaRMSNorm(h, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(h, cfg.vocab_size, bias=False)
+        if v31:  # RMSNorm weights start at 1: no draw from the seeded generator
+            self.fc_norm = nn.ModuleList(LlamaRMSNorm(h, cfg.rms_norm_eps) for _ in aux_layer_ids)
+            self.norm_output = True
         for m in self.modules():
             if isinstance(m, nn.Linear):
                 nn.init.normal_(m.weight, std=cfg.initializer_range)
@@ -129,14 +142,18 @@ class Eagle3Head(nn.Module):
             r = g + mid.self_attn.o_proj(ctx.transpose(1, 2).reshape(b, t, -1))
             r = r + mid.mlp(mid.post_attention_layernorm(r))
             out.append(self._readout(r))
-            g = r
+            g = self.norm(r) if self.norm_output else r
         return out
 
     # The three places EAGLE-3 and EAGLE-1 differ (see models.eagle1).
     feature = "aux"  # which HeadData field `unrolled` reads
 
     def _first_hidden(self, features: torch.Tensor) -> torch.Tensor:
-        """Step 0's hidden state from the target's features: fc over the fused aux layers."""
+        """Step 0's hidden state from the target's features: fc over the fused aux layers (each
+        normed first in EAGLE 3.1)."""
+        if self.fc_norm is not None:
+            chunks = features.chunk(len(self.fc_norm), -1)
+            features = torch.cat([norm(c) for norm, c in zip(self.fc_norm, chunks)], -1)
         return self.fc(features)
 
     def _layer_input(self, emb: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -150,7 +167,8 @@ class Eagle3Head(nn.Module):
 
     def export(self, out: Path, target_config: LlamaConfig) -> None:
         """Writes `config.json` + `model.safetensors` in the layout vLLM 0.32's
-        `LlamaForCausalLMEagle3` loads (full draft vocab: no `d2t`, no `embed_tokens`)."""
+        `LlamaForCausalLMEagle3` loads (full draft vocab: no `d2t`, no `embed_tokens`; EAGLE 3.1:
+        `fc_norm.{i}.weight` and the flags `fc_norm`, `norm_output`)."""
         out.mkdir(parents=True, exist_ok=True)
         cfg = target_config.to_dict()
         cfg.update(architectures=["LlamaForCausalLMEagle3"], num_hidden_layers=1,
@@ -158,6 +176,8 @@ class Eagle3Head(nn.Module):
                    target_hidden_size=target_config.hidden_size,
                    eagle_config={"eagle_aux_hidden_state_layer_ids": list(self.aux_layer_ids),
                                  "use_aux_hidden_state": True})
+        if self.norm_output:  # read by vLLM's llama_eagle3 with getattr(config, ...)
+            cfg.update(fc_norm=True, norm_output=True)
         cfg.pop("transformers_version", None)
         (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
         tensors = {n: p.detach().contiguous().clone() for n, p in self.named_parameters()}

@@ -1,10 +1,11 @@
-"""The heads pipeline: target-written data → target features → EAGLE-3 / Medusa / EAGLE-1 training
-→ export.
+"""The heads pipeline: target-written data → target features → EAGLE-3 / EAGLE 3.1 / Medusa /
+EAGLE-1 training → export.
 
 Determinism: the data come from one `torch.Generator` seeded with `seed`, each head's batches from
-its own (`seed + 1` EAGLE-3, `seed + 2` Medusa, `seed + 3` EAGLE-1), head init from `torch.manual_seed`, all under
-`torch.use_deterministic_algorithms(True)`: the same parameters, target and thread count give
-byte-identical `model.safetensors`, whichever subset of heads is built.
+its own (`seed + 1` EAGLE-3, `seed + 2` Medusa, `seed + 3` EAGLE-1, `seed + 4` EAGLE 3.1), head
+init from `torch.manual_seed`, all under `torch.use_deterministic_algorithms(True)`: the same
+parameters, target and thread count give byte-identical `model.safetensors`, whichever subset of
+heads is built.
 """
 
 from __future__ import annotations
@@ -69,10 +70,12 @@ def _train_report(stats: TrainStats) -> dict:
 
 
 def train_eagle3(target: LlamaForCausalLM, data: HeadData, heldout: HeadData,
-                 params: HeadParams) -> tuple[Eagle3Head, dict]:
-    """Trains an EAGLE-3 head with training-time test; returns it and its report."""
-    head = Eagle3Head(target, params.aux_layer_ids, params.seed)
-    return head, _train_ttt(head, target, data, heldout, params, 1, params.eagle3_steps, "eagle3")
+                 params: HeadParams, v31: bool = False) -> tuple[Eagle3Head, dict]:
+    """Trains an EAGLE-3 head (EAGLE 3.1 with `v31`: same data, steps and learning rate) with
+    training-time test; returns it and its report."""
+    head = Eagle3Head(target, params.aux_layer_ids, params.seed, v31=v31)
+    return head, _train_ttt(head, target, data, heldout, params, 4 if v31 else 1,
+                            params.eagle3_steps, "eagle31" if v31 else "eagle3")
 
 
 def train_eagle1(target: LlamaForCausalLM, data: HeadData, heldout: HeadData,
@@ -123,8 +126,8 @@ def train_heads(models: Path, params: HeadParams, dirs: dict[str, Path], threads
         reports = {}
         for kind, out in dirs.items():
             t = time.perf_counter()
-            if kind == "eagle3":
-                head, report = train_eagle3(target, data, heldout, params)
+            if kind in ("eagle3", "eagle31"):
+                head, report = train_eagle3(target, data, heldout, params, v31=kind == "eagle31")
                 head.export(out, target.config)
             elif kind == "eagle":
                 head, report = train_eagle1(target, data, heldout, params)

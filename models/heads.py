@@ -7,6 +7,8 @@ Output, next to the lab's `target/` (default `$SPECSERVE_MODELS_DIR`, else
     eagle3/   config.json + model.safetensors (vLLM LlamaForCausalLMEagle3), report.json, manifest.json
     medusa/   config.json + model.safetensors (vLLM MedusaModel), report.json, manifest.json
     eagle/    config.json + model.safetensors (vLLM EagleLlamaForCausalLM); only with --kinds eagle
+    eagle31/  as eagle3/, with EAGLE 3.1's `fc_norm` and `norm_output` (vLLM `method: eagle3`);
+              only with --kinds eagle31
 
 Each folder is built atomically (`models.manifest.atomic_dir`) and is cached by its own digest:
 sha256 of `HEADS_CODE_VERSION`, the head's fields of `HeadParams` and the target build's digest, so
@@ -32,14 +34,15 @@ from pathlib import Path
 from models.head_params import HEADS_CODE_VERSION, HeadParams
 from models.manifest import MANIFEST_NAME, atomic_dir, default_models_dir, read_manifest, write_json
 
-HEAD_KINDS = ("eagle3", "medusa", "eagle")
-DEFAULT_KINDS = ("eagle3", "medusa")  # what `make models` builds; EAGLE-1 is opt-in
+HEAD_KINDS = ("eagle3", "medusa", "eagle", "eagle31")
+DEFAULT_KINDS = ("eagle3", "medusa")  # what `make models` builds; EAGLE-1 and 3.1 are opt-in
 REPORT_NAME = "report.json"
 _COMMON = ("seed", "sequences", "prompt_len", "new_tokens", "temperatures", "prompt_formats",
            "batch_size", "warmup_steps", "eval_sequences")
 _FIELDS = {"eagle3": _COMMON + ("aux_layer_ids", "ttt_steps", "ttt_decay", "eagle3_steps", "eagle3_lr"),
            "medusa": _COMMON + ("medusa_heads", "medusa_steps", "medusa_lr"),
            "eagle": _COMMON + ("ttt_steps", "ttt_decay", "eagle_steps", "eagle3_lr")}
+_FIELDS["eagle31"] = _FIELDS["eagle3"]
 
 
 def head_digest(kind: str, params: HeadParams, target_digest: str) -> str:

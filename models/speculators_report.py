@@ -62,6 +62,8 @@ def speculative_config(method: str, k: int, models: Path, scratch: Path) -> dict
     folder = models / ("draft" if method == "draft_model" else method)
     if not (folder / "config.json").is_file():
         return None
+    if method == "eagle31":  # the lab's EAGLE 3.1 head: vLLM serves it as an EAGLE-3 checkpoint
+        return {"method": "eagle3", "model": str(folder), "num_speculative_tokens": k}
     if method == "medusa":
         heads = json.loads((folder / "config.json").read_text())["num_heads"]
         if k > heads:

@@ -73,6 +73,19 @@ def test_eagle3_export_is_vllm_layout(lab, tiny_build):
     assert not any("d2t" in k or "embed_tokens" in k for k in shapes)
 
 
+def test_eagle31_export_is_the_eagle3_layout_with_its_norms(lab, tiny_build):
+    """EAGLE 3.1: the EAGLE-3 checkpoint plus one RMSNorm per fused aux layer and the two flags
+    vLLM's llama_eagle3 reads; an EAGLE-3 checkpoint has neither."""
+    h = json.loads((Path(lab) / "target" / "config.json").read_text())["hidden_size"]
+    cfg = json.loads((tiny_build / "eagle31" / "config.json").read_text())
+    assert cfg["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert cfg["fc_norm"] is True and cfg["norm_output"] is True
+    shapes, plain = _tensors(tiny_build / "eagle31"), _tensors(tiny_build / "eagle3")
+    n_aux = len(cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"])
+    assert shapes == {**plain, **{f"fc_norm.{i}.weight": (h,) for i in range(n_aux)}}
+    assert "fc_norm" not in json.loads((tiny_build / "eagle3" / "config.json").read_text())
+
+
 def test_eagle1_export_is_vllm_layout(lab, tiny_build):
     target = json.loads((Path(lab) / "target" / "config.json").read_text())
     h = target["hidden_size"]
