@@ -52,8 +52,8 @@ def test_every_system_holds_the_same_budget():
             assert most == 2, name
     schedule = got["vllm-switch-x2"].speculative.speculator.num_speculative_tokens_per_batch_size
     assert tuple(schedule[0]) == (1, 16, 4) and schedule[1][2] == 0
-    assert list(systems(base, 2, args(systems=["vllm", "autoscaled"]))) == [
-        "vllm-switch-x2", "autoscaled"]
+    assert list(systems(base, 2, args(systems=["autoscaled", "vllm", "routed-1+1"]))) == [
+        "autoscaled", "vllm-switch-x2", "routed-1+1"]  # in the order asked for
 
 
 def test_goodput_counts_the_tokens_of_requests_within_the_slo_by_send_phase():
