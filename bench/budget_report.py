@@ -57,6 +57,12 @@ def write_report(results: dict, out: Path) -> None:
              "| phase | workload | arrivals/s | seconds |", "| --- | --- | --- | --- |"]
     lines += [f"| {ph['name']} | {ph['workload']} | {ph['rate_rps']} | {ph['seconds']:.0f} |"
               for ph in results["trace"]]
+    reused = sorted({s["reused_from"] for s in results["systems"].values() if "reused_from" in s})
+    if reused:
+        lines += ["", "Static systems taken from " + ", ".join(f"`{r}`" for r in reused)
+                  + " (the same trace and seed; their figures recomputed at this SLO: a static "
+                  "split routes by S whatever the SLO); the autoscaled system ran here, planning "
+                  "for this SLO."]
     lines += ["", "## Targets", "", *targets(results)]
     keys = [ph["name"] for ph in results["trace"]] + ["trace"]
     for figure, title in (("goodput_tok_s", "Goodput, tok/s (SLO attainment)"),

@@ -1,6 +1,7 @@
 """`python -m bench.budget_trace`: the budget split live against every static split of the budget.
 
     python -m bench.budget_trace [--out DIR] [--phase-s 240] [--systems NAME ...] [--quick]
+                                 [--tpot-slo-ms 50] [--reuse EARLIER/results.json]
 
 One time-varying trace of open-loop Poisson arrivals (requests arrive whatever the server does,
 so a system that falls behind queues), replayed against each system at the same accelerator
@@ -199,6 +200,30 @@ def summarize(sent: list[Sent], trace: list[Phase], slo: Slo) -> dict:
     return out
 
 
+def reused_systems(path: Path, trace: list[Phase], args: argparse.Namespace, slo: Slo
+                   ) -> dict[str, dict]:
+    """The static systems of an earlier run's results.json, their figures recomputed at `slo`
+    from their stored requests. A static split routes by S alone, whatever the SLO, so its
+    requests stand for any SLO; the autoscaled system plans for `slo_tpot_ms` and is not reused.
+
+    Raises:
+        ValueError: the earlier run replayed another trace (phases, seed or budget differ).
+    """
+    earlier = json.loads(path.read_text())
+    if (earlier["trace"] != [asdict(ph) for ph in trace] or earlier["args"]["seed"] != args.seed
+            or (args.budget and earlier["budget"] != args.budget)):
+        raise ValueError(f"--reuse: {path} replayed another trace (phases, seed or budget differ)")
+    out = {}
+    for name, system in earlier["systems"].items():
+        if name == "autoscaled":
+            continue
+        sent = [Sent(r["phase"], r["t_s"], Sample(**{k: v for k, v in r.items()
+                                                      if k not in ("phase", "t_s")}))
+                for r in system["requests"]]
+        out[name] = {**system, "figures": summarize(sent, trace, slo), "reused_from": str(path)}
+    return out
+
+
 def run_system(name: str, cfg: SpecserveConfig, trace: list[Phase], args) -> dict:
     """Deploys `cfg` as `specserve serve` does, warms it, replays the trace, deletes it."""
     from ray import serve
@@ -276,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--eager", action="store_true", help="enforce_eager engines (start faster)")
     p.add_argument("--quick", action="store_true", help="45 s phases, eager engines: a smoke run")
+    p.add_argument("--reuse", type=Path, help="an earlier run's results.json with the same trace "
+                   "and seed: its static systems are taken (figures recomputed at this run's SLO) "
+                   "instead of run again")
     args = p.parse_args(argv)
     if args.quick:
         args.phase_s, args.eager = 45.0, True
@@ -304,8 +332,13 @@ def main(argv: list[str] | None = None) -> int:
     use_ray_node_env()
     ray.init(num_cpus=node_cores(), include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": args.port})
+    if args.reuse:
+        slo = Slo(args.ttft_slo_ms / 1000, args.tpot_slo_ms / 1000)
+        results["systems"].update(reused_systems(args.reuse, trace, args, slo))
     try:
         for name, cfg in systems(base, budget, args).items():
+            if name in results["systems"]:
+                continue
             results["systems"][name] = run_system(name, cfg, trace, args)
             _save(results, out)
     finally:

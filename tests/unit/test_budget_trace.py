@@ -3,13 +3,14 @@ per-phase goodput (by send time, within the SLO), the targets' ratios and the re
 
 import argparse
 import itertools
+import json
 from dataclasses import asdict
 
 import pytest
 
 from bench.sim_verdict import cheapest_at, verdict
 from bench.budget_report import targets, write_report
-from bench.budget_trace import Sent, phases, summarize, systems
+from bench.budget_trace import Sent, phases, reused_systems, summarize, systems
 from bench.client import Sample
 from bench.sim_live import live_goodput, measured_etau, measured_profiles, static_split
 from bench.summary import Slo
@@ -94,6 +95,21 @@ def test_targets_compare_with_the_best_static_system(tmp_path):
     write_report(_results(90, {"vanilla-x2": 100}), tmp_path)
     assert "## Targets" in (tmp_path / "report.md").read_text()
     assert (tmp_path / "replicas.png").stat().st_size > 10_000
+
+
+def test_a_reused_run_gives_its_static_systems_recomputed_at_another_slo(tmp_path):
+    earlier = {**_results(90, {"vanilla-x2": 100}), "args": {"seed": 16}}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(earlier))
+    trace = phases(args(phase_s=100.0))
+    same = reused_systems(path, trace, args(seed=16, budget=None), SLO)
+    assert list(same) == ["vanilla-x2"]  # the autoscaled system plans for its SLO: never reused
+    assert same["vanilla-x2"]["figures"] == earlier["systems"]["vanilla-x2"]["figures"]
+    tight = reused_systems(path, trace, args(seed=16, budget=None), Slo(1.0, 0.005))
+    assert tight["vanilla-x2"]["figures"]["trace"]["goodput_tok_s"] == 0.0  # TPOT 10 ms > 5 ms
+    assert tight["vanilla-x2"]["figures"]["trace"]["output_tok_s"] > 0
+    with pytest.raises(ValueError, match="--reuse: .* another trace"):
+        reused_systems(path, trace, args(seed=17, budget=None), SLO)
 
 
 def test_sim_live_maps_systems_and_measures_its_inputs():
