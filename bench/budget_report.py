@@ -22,6 +22,32 @@ def best_static(results: dict, key: str, figure: str = "goodput_tok_s") -> tuple
     return name, values[name]
 
 
+def mean_accelerators(system: dict, end_s: float, tp: int = 1) -> float | None:
+    """Mean accelerators a system held over [0, end_s]: its polled RUNNING replicas (every
+    `POLL_S` s) as a step function × `tp` accelerators each; None without a timeline."""
+    tl = [r for r in system.get("timeline", []) if r["t_s"] <= end_s]
+    if not tl or end_s <= 0:
+        return None
+    held = 0.0
+    for row, nxt in zip(tl, tl[1:] + [{"t_s": end_s}]):
+        held += (row.get("vanilla", 0) + row.get("speculative", 0)) * (nxt["t_s"] - row["t_s"])
+    return round(tp * held / (end_s - tl[0]["t_s"]), 3) if end_s > tl[0]["t_s"] else None
+
+
+def efficiency(results: dict) -> list[str]:
+    """Per system: mean accelerators held over the trace and trace goodput per accelerator (a
+    policy that meets the same load with fewer replicas frees the rest of the budget)."""
+    end = sum(ph["seconds"] for ph in results["trace"])
+    lines = ["| system | mean accelerators held | goodput tok/s | goodput tok/s per accelerator |",
+             "| --- | --- | --- | --- |"]
+    for n, system in results["systems"].items():
+        held = mean_accelerators(system, end)
+        good = system["figures"]["trace"]["goodput_tok_s"]
+        per = f"{good / held:.1f}" if held else "-"
+        lines.append(f"| {n} | {held if held is not None else '-'} | {good} | {per} |")
+    return lines
+
+
 def targets(results: dict) -> list[str]:
     """The issue's two live targets, each with its ratio (autoscaled / best static)."""
     if AUTOSCALED not in results["systems"] or not static_systems(results):
@@ -75,6 +101,7 @@ def write_report(results: dict, out: Path) -> None:
             cells = [f"{f[k][figure]}" + (f" ({f[k]['slo_attainment']:.0%})"
                                           if figure == "goodput_tok_s" else "") for k in keys]
             lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    lines += ["", "## Accelerators held", "", *efficiency(results)]
     lines += ["", "## Routes per phase", ""]
     for n in names:
         f = results["systems"][n]["figures"]

@@ -9,7 +9,7 @@ from dataclasses import asdict
 import pytest
 
 from bench.sim_verdict import cheapest_at, verdict
-from bench.budget_report import targets, write_report
+from bench.budget_report import mean_accelerators, targets, write_report
 from bench.budget_trace import Sent, phases, reused_systems, summarize, systems
 from bench.client import Sample
 from bench.sim_live import live_goodput, measured_etau, measured_profiles, static_split
@@ -95,6 +95,15 @@ def test_targets_compare_with_the_best_static_system(tmp_path):
     write_report(_results(90, {"vanilla-x2": 100}), tmp_path)
     assert "## Targets" in (tmp_path / "report.md").read_text()
     assert (tmp_path / "replicas.png").stat().st_size > 10_000
+
+
+def test_mean_accelerators_integrate_the_polled_replicas():
+    system = {"timeline": [{"t_s": 0.0, "vanilla": 1, "speculative": 1},
+                           {"t_s": 100.0, "vanilla": 0, "speculative": 1},
+                           {"t_s": 300.0, "vanilla": 2, "speculative": 0}]}
+    assert mean_accelerators(system, 400.0) == pytest.approx((200 + 200 + 200) / 400)
+    assert mean_accelerators(system, 400.0, tp=4) == pytest.approx(4 * 1.5)
+    assert mean_accelerators({"timeline": []}, 400.0) is None
 
 
 def test_a_reused_run_gives_its_static_systems_recomputed_at_another_slo(tmp_path):
