@@ -10,7 +10,7 @@ SLO:
 | no load at all | the pools' minimums | `drained` |
 | C serves; a split of fewer accelerators serves load × (1 + downscale_headroom), and so does what runs while it starts | of those the fewest accelerators, then the lowest TPOT | `save` |
 | C serves; a split of no more accelerators has a mean TPOT ≥ min_gain lower, and what runs while it starts serves | that split | `rebalance` |
-| C does not serve; a split serves (or serves ≥ min_gain more) and its gain over load_horizon_s exceeds what it loses while its replicas start | the fewest accelerators that serve, then the lowest TPOT, growing C's pools only when such a split serves (none serves: the most goodput) | `shortfall` |
+| C does not serve; a split serves (or serves ≥ min_gain more, and more than nothing) and its gain over load_horizon_s exceeds what it loses while its replicas start | the fewest accelerators that serve, then the lowest TPOT, growing C's pools only when such a split serves (none serves: the most goodput) | `shortfall` |
 | the same, but starting costs more than it gains | hold | `start_cost` |
 | otherwise | hold | `steady` |
 
@@ -135,8 +135,9 @@ def choose_split(current: tuple[int, int], loads: list[Load], curves: Mapping[st
     best = (min(serving, key=lambda f: (f.accelerators, f.tpot_s)) if serving else
             min(cands, key=lambda f: (-round(f.goodput_tok_s, 6), f.tpot_s, f.accelerators)))
     if best.split == current or not (
-            best.sufficient or best.goodput_tok_s >= (1 + cfg.min_gain) * cur.goodput_tok_s):
-        return SplitChoice(current, "steady", cur, cur)
+            best.sufficient or (best.goodput_tok_s > cur.goodput_tok_s
+                                and best.goodput_tok_s >= (1 + cfg.min_gain) * cur.goodput_tok_s)):
+        return SplitChoice(current, "steady", cur, cur)  # no gain (none serves: 0 ≥ 1.1·0 is none)
     k, mbb = kept(best.split)
     growing = [p for p, a, b in zip(POOLS, current, best.split) if b > a]
     start = max((start_s.get(p, cfg.replica_start_s) for p in growing), default=0.0)

@@ -93,6 +93,18 @@ def test_the_speculative_pool_comes_back_when_the_load_falls():
     assert split_of(d) == (0, 1)
 
 
+def test_a_load_no_split_serves_moves_nothing_for_no_gain():
+    """Where every split misses the SLO (goodput 0 each) a move gains nothing: the split holds
+    rather than restart replicas for a TPOT a fraction of a percent lower (live trace at 10 ms,
+    bench/results/2026-12-02-budget-trace-tpot10: 1 + 1 -> 0 + 2 on 10.64 vs 10.59 ms)."""
+    demand = loads(10**7, 0.5)
+    tp = {"vanilla": TP, "speculative": TP}
+    fcs = forecast_all([(8, 8), (16, 0), (0, 16)], demand, CURVES, 0.010, tp)
+    assert all(f.goodput_tok_s == 0 for f in fcs.values())
+    choice = choose_split((8, 8), demand, CURVES, tp, CFG, {})
+    assert (choice.split, choice.reason) == ((8, 8), "steady")
+
+
 def test_hysteresis_holds_against_small_changes():
     tp = {"vanilla": TP, "speculative": TP}
     base = loads(15000, 0.5)
