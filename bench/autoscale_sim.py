@@ -2,7 +2,7 @@
 replica profile (bench/sim_profiles.py); prints accelerator-hours and SLO attainment per policy
 as a markdown table, and the target (bench/sim_verdict.py) as met or missed.
 
-    python -m bench.autoscale_sim [--scenario gpu|cpu] [--hours 24] [--seed 8] [--sweep]
+    python -m bench.autoscale_sim [--scenario gpu|cpu] [--hours 24] [--seed 8] [--sweep] [--plot PNG]
 
 Policies (bench/sim_policies.py): `specserve` (deployments/autoscaling.py, the one Serve runs,
 here with observed arrivals: the budget split), Ray Serve's default queue-length policy, a
@@ -26,6 +26,7 @@ import argparse
 import heapq
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from bench.sim_policies import (dynamo_planner, queue_length_policy,
                                 specserve_targets)
@@ -222,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sweep", action="store_true", help="also run each autoscaled policy at "
                     "costlier settings (specserve headroom, Ray's target, Dynamo's ITL target), "
                     "so that each can be compared where it reaches the SLO target")
+    ap.add_argument("--plot", type=Path, help="also draw each policy's accelerator-hours / SLO "
+                    "attainment points to this PNG")
     args = ap.parse_args(argv)
     sc: Scenario = SCENARIOS[args.scenario]
     tp, n = sc.tensor_parallel_size, sc.budget_replicas
@@ -265,10 +268,38 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['mean_tpot_ms']:.2f} | {r['peak']['vanilla']}, {r['peak']['speculative']} |",
               flush=True)
     print()
+    if args.plot:
+        plot_frontier(results, sc.slo_tpot_ms, args.plot)
     ours = results["specserve"]
     for label, key in (("Ray Serve default", "queue-length"), ("Dynamo-style", "dynamo")):
         print(f"target vs {label}: {verdict(ours, results[key])}")
     return 0
+
+
+def plot_frontier(results: dict[str, list], slo_tpot_ms: float, path: Path) -> None:
+    """Accelerator-hours (x) against SLO attainment (y), one line per policy over its settings,
+    the static splits as points, the 99% target as a line: where each policy reaches the target
+    and at what cost."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = {"specserve": "specserve split policy (headroom)", "queue-length":
+             "Ray Serve default (target_ongoing_requests)", "dynamo": "Dynamo-style (ITL target)",
+             "static": "static splits"}
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for policy, runs in results.items():
+        pts = sorted((r["accelerator_hours"], 100 * r["slo"]) for r in runs)
+        ax.plot(*zip(*pts), "o" if policy == "static" else "o-", label=names.get(policy, policy),
+                lw=2.5 if policy == "specserve" else 1)
+    ax.axhline(99, color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("accelerator-hours")
+    ax.set_ylabel(f"SLO attainment, % (TPOT incl. queueing <= {slo_tpot_ms:g} ms)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
