@@ -46,7 +46,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.budget_report import write_report
+from bench.budget_report import AUTOSCALED, static_systems, write_report
 from bench.client import Sample, stream_request
 from bench.loadgen import closed_loop
 from bench.run import reap_new_engines, speculator_config, vllm_pids
@@ -100,7 +100,7 @@ def systems(base: SpecserveConfig, budget: int, args: argparse.Namespace
         "speculative": {"min_replicas": 0, "max_replicas": budget, "initial_replicas": split[1]},
         "upscale_delay_s": args.upscale_delay_s, "downscale_delay_s": args.downscale_delay_s,
         "demand_window_s": args.demand_window_s, "load_horizon_s": args.phase_s}
-    out["autoscaled"] = SpecserveConfig.from_dict(data)
+    out[AUTOSCALED] = SpecserveConfig.from_dict(data)
     if not args.systems:
         return out
     picked = {}  # in the order asked for: the riskiest first, say, in a long run
@@ -214,9 +214,8 @@ def reused_systems(path: Path, trace: list[Phase], args: argparse.Namespace, slo
             or (args.budget and earlier["budget"] != args.budget)):
         raise ValueError(f"--reuse: {path} replayed another trace (phases, seed or budget differ)")
     out = {}
-    for name, system in earlier["systems"].items():
-        if name == "autoscaled":
-            continue
+    for name in static_systems(earlier):
+        system = earlier["systems"][name]
         sent = [Sent(r["phase"], r["t_s"], Sample(**{k: v for k, v in r.items()
                                                       if k not in ("phase", "t_s")}))
                 for r in system["requests"]]
