@@ -204,9 +204,9 @@ def _apply(pools: dict[str, Pool], targets: dict[str, int], t: float, startup_s:
 # accelerator-hours / attainment curve (`--sweep` adds the costlier points).
 RAY_TARGET_FRACTIONS = (1.0, 2 / 3, 1 / 2)
 DYNAMO_ITL_FRACTIONS = (1.0, 0.8, 0.6)
-SWEEP_RAY_TARGET_FRACTIONS = (1 / 3, 1 / 4)
+SWEEP_RAY_TARGET_FRACTIONS = (5 / 12, 1 / 3, 1 / 4)
 SWEEP_DYNAMO_ITL_FRACTIONS = (0.5, 0.4)
-SWEEP_HEADROOMS = (1.0, 1.5, 2.5)
+SWEEP_HEADROOMS = (1.0, 1.5, 2.0, 2.5)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,30 +10,39 @@ TARGET_SAVING = 0.10
 TARGET_ATTAINMENT = 0.99
 
 
-def cheapest_at(runs: list[dict], slo: float) -> dict | None:
-    """The run with the fewest accelerator-hours among those reaching attainment `slo`."""
-    ok = [r for r in runs if r["slo"] >= slo]
-    return min(ok, key=lambda r: r["accelerator_hours"]) if ok else None
+def hours_at(runs: list[dict], slo: float) -> float | None:
+    """The accelerator-hours at which a policy's runs (one per setting) first reach attainment
+    `slo`: its runs sorted by hours, linearly interpolated between the last below and the first
+    at or above it (a grid of settings would otherwise decide the comparison: Ray's default at
+    target_ongoing_requests 12 and 8 brackets 99% 119 h apart); the cheapest run's hours where
+    that one reaches it already; None where none does."""
+    pts = sorted((r["accelerator_hours"], r["slo"]) for r in runs)
+    if pts and pts[0][1] >= slo:
+        return pts[0][0]
+    for (h0, s0), (h1, s1) in pairwise(pts):
+        if s0 < slo <= s1:
+            return h0 + (h1 - h0) * (slo - s0) / (s1 - s0)
+    return None
 
 
 def verdict(ours: list[dict], theirs: list[dict]) -> str:
     """The simulator's target against one baseline (each side: its runs at several settings,
     its default first): ≥ 10 % fewer accelerator-hours at ≥ 99 % SLO attainment (each side's
-    cheapest run that reaches it; a baseline that never does is beaten by any of ours that does),
-    or a higher attainment at the same hours (theirs interpolated between their runs, at the
-    hours of our default run)."""
-    mine, best = cheapest_at(ours, TARGET_ATTAINMENT), cheapest_at(theirs, TARGET_ATTAINMENT)
+    hours where it first reaches it, `hours_at`; a baseline that never does is beaten by any
+    of ours that does), or a higher attainment at the same hours (theirs interpolated between
+    their runs, at the hours of our default run)."""
+    mine, best = hours_at(ours, TARGET_ATTAINMENT), hours_at(theirs, TARGET_ATTAINMENT)
+    pct = f"{100 * TARGET_ATTAINMENT:g}%"
     if mine is None:
-        fewer, at_target = False, f"ours never reaches {100 * TARGET_ATTAINMENT:g}%"
+        fewer, at_target = False, f"ours never reaches {pct}"
     elif best is None:
         fewer = True
-        at_target = (f"ours {mine['accelerator_hours']:.1f} h at {100 * mine['slo']:.2f}%, "
-                     f"theirs never reaches {100 * TARGET_ATTAINMENT:g}%")
+        at_target = f"ours reaches {pct} at {mine:.1f} h, theirs never does"
     else:
-        saving = 1 - mine["accelerator_hours"] / best["accelerator_hours"]
+        saving = 1 - mine / best
         fewer = saving >= TARGET_SAVING
-        at_target = (f"at >= {100 * TARGET_ATTAINMENT:g}%: ours {mine['accelerator_hours']:.1f} h, "
-                     f"theirs {best['accelerator_hours']:.1f} h ({100 * saving:.1f}% fewer)")
+        at_target = (f"{pct} reached at: ours {mine:.1f} h, theirs {best:.1f} h "
+                     f"({100 * saving:.1f}% fewer)")
     h, slo = ours[0]["accelerator_hours"], ours[0]["slo"]
     pts = sorted((r["accelerator_hours"], r["slo"]) for r in theirs)
     if pts[0][0] <= h <= pts[-1][0]:

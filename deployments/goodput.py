@@ -18,10 +18,14 @@ of `SHARES` steps) at which the last class sent still has S ≥ min_speedup (the
 point). A pool at 0 replicas gets nothing; with only the speculative pool up, everything goes
 there (the router's `pool_unavailable` fallback).
 
-Goodput = output tokens/s served within the SLO: per pool its demand when its slowest class
-(lowest E[τ]) meets the SLO at the step time the pool runs, T(N) / E[τ]_min ≤ slo_tpot_s, else 0
-(replicas share a pool's load evenly, so past that every request of the class misses, and
-SLO attainment counts requests); `sufficient` means the whole demand is served within it.
+Goodput = output tokens/s served within the SLO: per pool min(demand, capacity), the capacity
+being the tokens/s its replicas carry while its slowest class (lowest E[τ]) meets the SLO,
+T(N) / E[τ]_min ≤ slo_tpot_s (`PoolCurve.capacity`). Past capacity a live pool misses for every
+request of the class (replicas share its load evenly), so this counts what the split could serve
+within the SLO, not what a saturated pool does: it ranks splits none of which serves the whole
+load by how much of it each could (an all-or-nothing count ranks them all 0, and the simulator's
+policy then moved replicas mid-burst for nothing, bench/results/2026-12-02-autoscale-sim-sweep).
+`sufficient` means the whole demand is served within the SLO.
 """
 
 from __future__ import annotations
@@ -185,7 +189,7 @@ def forecast_all(splits: list[tuple[int, int]], loads: list[Load],
                 hit = (0.0, UNSERVED_TPOT_S, math.inf)
             else:
                 step = curve.step_s(tokens / n, e)
-                hit = (tokens if step <= slo_tpot_s * e_min else 0.0,
+                hit = (min(tokens, n * curve.capacity(slo_tpot_s * e_min / e, e)),
                        min(step / e, UNSERVED_TPOT_S), step)
             memo[(key, n, i)] = hit
         return hit
@@ -199,7 +203,7 @@ def forecast_all(splits: list[tuple[int, int]], loads: list[Load],
                 f = 0.0
             else:
                 step = spec_c.step_s(demand / n_s, e_all) if demand > 0 else spec_c.t[0]
-                good = demand if step <= slo_tpot_s * e_slowest else 0.0
+                good = min(demand, n_s * spec_c.capacity(slo_tpot_s * e_slowest / e_all, e_all))
                 tpot, f = min(step / e_all, UNSERVED_TPOT_S), 1.0
             out[(n_v, n_s)] = Forecast((n_v, n_s), acc, demand, good, tpot if demand else 0.0, f)
             continue

@@ -10,8 +10,8 @@ SLO:
 | no load at all | the pools' minimums | `drained` |
 | C serves; a split of fewer accelerators serves load × (1 + downscale_headroom), and so does what runs while it starts | of those the fewest accelerators, then the lowest TPOT | `save` |
 | C serves; a split of no more accelerators has a mean TPOT ≥ min_gain lower, and what runs while it starts serves | that split | `rebalance` |
-| C does not serve; a split serves (or serves ≥ min_gain more, and more than nothing) and its gain over load_horizon_s exceeds what it loses while its replicas start | the fewest accelerators that serve, then the lowest TPOT, growing C's pools only when such a split serves (none serves: the most goodput) | `shortfall` |
-| the same, but starting costs more than it gains | hold | `start_cost` |
+| C does not serve; a split serves (or serves ≥ min_gain more, and more than nothing) | the fewest accelerators that serve, then the lowest TPOT, growing C's pools only when such a split serves (none serves: the most goodput) | `shortfall` |
+| the same, but what it loses while its replicas start exceeds what it gains over load_horizon_s (both in goodput at the observed load) | hold | `start_cost` |
 | otherwise | hold | `steady` |
 
 What runs while a move's replicas start: when the current split plus the new replicas fit in
@@ -141,9 +141,15 @@ def choose_split(current: tuple[int, int], loads: list[Load], curves: Mapping[st
     k, mbb = kept(best.split)
     growing = [p for p, a, b in zip(POOLS, current, best.split) if b > a]
     start = max((start_s.get(p, cfg.replica_start_s) for p in growing), default=0.0)
-    during = cur if mbb else at(k)
-    loss = max(0.0, cur.goodput_tok_s - during.goodput_tok_s) * start
-    gain = (best.goodput_tok_s - cur.goodput_tok_s) * max(0.0, cfg.load_horizon_s - start)
+    # both priced at the load there is now (the planned one sizes splits, it is not served):
+    # the goodput lost while the move's replicas start, against what it gains over the horizon
+    # (priced at the planned load, a start mid-burst looked free and its gain 3x too big: the
+    # simulator's split flipped 7 + 5 -> 1 + 15 -> 9 + 4 in one burst)
+    observed = fc({current, k, best.split}, 1.0)
+    loss = 0.0 if mbb else max(0.0, observed[current].goodput_tok_s
+                               - observed[k].goodput_tok_s) * start
+    gain = (observed[best.split].goodput_tok_s - observed[current].goodput_tok_s) * max(
+        0.0, cfg.load_horizon_s - start)
     if loss >= gain and loss > 0:
         return SplitChoice(current, "start_cost", cur, best)
     urgent = not fc([current], 1.0)[current].sufficient

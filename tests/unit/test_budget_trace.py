@@ -8,7 +8,7 @@ from dataclasses import asdict
 
 import pytest
 
-from bench.sim_verdict import cheapest_at, verdict
+from bench.sim_verdict import hours_at, verdict
 from bench.budget_report import mean_accelerators, targets, write_report
 from bench.budget_trace import Sent, phases, reused_systems, summarize, systems
 from bench.client import Sample
@@ -138,15 +138,18 @@ def test_sim_live_maps_systems_and_measures_its_inputs():
     assert live_goodput(results["systems"]["routed-1+1"], 0.05, 400.0) == pytest.approx(2.0)
 
 
-def test_sim_verdict_compares_the_cheapest_runs_at_the_attainment_target():
+def test_sim_verdict_compares_the_hours_at_which_each_policy_reaches_the_target():
     def run(hours, slo):
         return {"accelerator_hours": hours, "slo": slo}
 
-    ours = [run(380, 0.97), run(420, 0.992), run(500, 0.995)]
-    assert cheapest_at(ours, 0.99) == run(420, 0.992)
+    ours = [run(380, 0.97), run(500, 0.995), run(420, 0.992)]  # default first
+    # between 380 h (97%) and 420 h (99.2%): 380 + 40 x 2 / 2.2
+    assert hours_at(ours, 0.99) == pytest.approx(416.36, abs=0.01)
+    assert hours_at([run(300, 0.991)], 0.99) == 300 and hours_at([run(300, 0.98)], 0.99) is None
     got = verdict(ours, [run(360, 0.95), run(430, 0.976), run(520, 0.991)])
-    assert "ours 420.0 h, theirs 520.0 h (19.2% fewer): met" in got
+    # theirs: 430 + 90 x 1.4 / 1.5 = 514 h
+    assert "99% reached at: ours 416.4 h, theirs 514.0 h (19.0% fewer): met" in got
     assert "interpolated 95.74%, ours 97.00%: met" in got
-    assert "theirs never reaches 99%" in verdict(ours, [run(360, 0.95)])
-    assert "(2.9% fewer): missed" in verdict(ours, [run(432.5, 0.99)])
+    assert "theirs never does" in verdict(ours, [run(360, 0.95)])
+    assert "(3.7% fewer): missed" in verdict(ours, [run(432.5, 0.99)])
     assert verdict([run(380, 0.97)], [run(360, 0.95)]).startswith("ours never reaches 99%")
