@@ -112,6 +112,11 @@ class SpecserveIngress(AdminEndpoints, OpenAiIngress):
                                      ctx.replica_id.unique_id, "latency", self._health)
         self._pressure = self._decider.pressure
         self._metrics = RouterMetrics(self._pressure.pool_stats, self._decider.speedup_model)
+        # the budget split sizes the pools from the load per class the routers count (a pool at
+        # 0 is its choice); a request that ran on the other pool is such load, not a wake: woken
+        # per request, vanilla flapped 0 -> 1 -> 0 every ~40 s through the live trace's chat
+        # phase (bench/results/2026-12-02-budget-trace-tpot10-fix). The rules have only the wake.
+        self._wake_wanted_pools = not (scaling.enabled and scaling.policy == "budget")
         self._waker = PoolWaker(pools, self._health, scaling.scale_from_zero_wait_s,
                                 self._metrics.observe_wake)
         self._background = asyncio.get_event_loop().create_task(self._decider.run())
@@ -170,8 +175,8 @@ class SpecserveIngress(AdminEndpoints, OpenAiIngress):
             if woken_after_s is None:
                 return self._not_woken(decision.route, features)
             loads = self._decider.loads()
-        elif decision.reason == "pool_scaled_to_zero":  # it wanted the other pool: wake that
-            for pool in loads:
+        elif decision.reason == "pool_scaled_to_zero" and self._wake_wanted_pools:
+            for pool in loads:  # it wanted the other pool: wake that
                 if pool != decision.route and loads[pool].asleep:
                     self._waker.wake(pool)
         sequences = request_sequences(body)
