@@ -96,6 +96,7 @@ def systems(base: SpecserveConfig, budget: int, args: argparse.Namespace
     data["autoscaling"] = {
         **data["autoscaling"], "enabled": True, "policy": "budget",
         "budget_accelerators": budget, "slo_tpot_ms": args.tpot_slo_ms,
+        "tpot_spread": args.tpot_spread,
         "vanilla": {"min_replicas": 0, "max_replicas": budget, "initial_replicas": split[0]},
         "speculative": {"min_replicas": 0, "max_replicas": budget, "initial_replicas": split[1]},
         "upscale_delay_s": args.upscale_delay_s, "downscale_delay_s": args.downscale_delay_s,
@@ -303,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--demand-window-s", type=float, default=30.0)
     p.add_argument("--ttft-slo-ms", type=float, default=2000.0)
     p.add_argument("--tpot-slo-ms", type=float, default=50.0)
+    p.add_argument("--tpot-spread", type=float, default=1.0, help="autoscaled: "
+                   "autoscaling.tpot_spread (plan for a mean TPOT of the SLO / this)")
     p.add_argument("--warmup", type=int, default=4, help="warm-up requests per route")
     p.add_argument("--seed", type=int, default=16)
     p.add_argument("--port", type=int, default=8000)

@@ -102,6 +102,12 @@ class AutoscalingConfig(Strict):
         50.0, gt=0, description="Budget split (deployments/split.py): time per output token a "
         "split must keep (decode time over tokens, queueing in the engine included) to count as "
         "serving a load.")
+    tpot_spread: float = Field(
+        1.0, ge=1.0, description="Budget split: how far the requests' TPOT spreads above the "
+        "mean the step-time model predicts; a split serves a class only where predicted mean "
+        "TPOT x tpot_spread <= slo_tpot_ms. The model (deployments/goodput.py) predicts means; "
+        "on 2 CPU cores at a 10 ms SLO the lived p90 / mean was 1.35-2.0 (README, Autoscaling); "
+        "1: plan on the mean.")
     headroom: float = Field(
         0.2, ge=0, description="Budget split: plan for the observed load x (1 + headroom), for "
         "the load that grows while replicas start.")

@@ -3,7 +3,7 @@
 Every split (n_v, n_s) within the pools' bounds with n_v·tp_v + n_s·tp_s ≤ budget_accelerators
 is forecast (deployments/goodput.py) at the planned load, the observed load × (1 + headroom).
 With C the current split, F(·) a forecast and "serves" = the whole planned load within the TPOT
-SLO:
+SLO (a predicted mean TPOT ≤ slo_tpot_ms / tpot_spread: requests spread above the mean):
 
 | condition | wants | reason |
 | --- | --- | --- |
@@ -89,7 +89,7 @@ def choose_split(current: tuple[int, int], loads: list[Load], curves: Mapping[st
         start_s: per pool the seconds a replica takes from its target to serving.
         min_speedup: the router's threshold on S.
     """
-    slo = cfg.slo_tpot_ms / 1e3
+    slo = cfg.slo_tpot_ms / 1e3 / cfg.tpot_spread  # the mean that keeps the spread within it
     splits = candidate_splits(cfg, tp)
 
     def fc(cands, factor: float) -> dict[tuple[int, int], Forecast]:
@@ -137,7 +137,7 @@ def choose_split(current: tuple[int, int], loads: list[Load], curves: Mapping[st
     if best.split == current or not (
             best.sufficient or (best.goodput_tok_s > cur.goodput_tok_s
                                 and best.goodput_tok_s >= (1 + cfg.min_gain) * cur.goodput_tok_s)):
-        return SplitChoice(current, "steady", cur, cur)  # no gain (none serves: 0 ≥ 1.1·0 is none)
+        return SplitChoice(current, "steady", cur, cur)  # none serves, and it serves < min_gain more
     k, mbb = kept(best.split)
     growing = [p for p, a, b in zip(POOLS, current, best.split) if b > a]
     start = max((start_s.get(p, cfg.replica_start_s) for p in growing), default=0.0)

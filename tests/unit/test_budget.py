@@ -184,3 +184,16 @@ def test_budget_is_never_exceeded():
 def test_without_demand_the_per_pool_rules_decide():
     d, _ = decide(views(1, 1), CFG, {}, 0.0)
     assert d["vanilla"].gain is None
+
+
+def test_a_tpot_spread_plans_for_a_lower_mean():
+    """With requests' TPOT spreading to 2x the mean the split must predict a mean of half the SLO:
+    a chat-heavy load one vanilla replica serves at a 10 ms mean needs more replicas."""
+    tp = {"vanilla": TP, "speculative": TP}
+    demand = loads(2500, 0.05)
+    mean = choose_split((1, 0), demand, CURVES, tp, CFG, {})
+    assert (mean.split, mean.reason) == ((1, 0), "steady")
+    cfg = CFG.model_copy(update={"tpot_spread": 2.0})
+    spread = choose_split((1, 0), demand, CURVES, tp, cfg, {})
+    assert spread.reason == "shortfall" and spread.chosen.accelerators > mean.chosen.accelerators
+    assert spread.chosen.tpot_s <= 0.010 / 2
