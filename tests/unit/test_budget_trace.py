@@ -22,7 +22,8 @@ SLO = Slo(ttft_s=1.0, tpot_s=0.05)
 
 def args(**kw) -> argparse.Namespace:
     base = {"phase_s": 100.0, "low_rps": 0.5, "burst_rps": 3.0, "lull_rps": 0.2,
-            "switch_max_batch": 16, "eager": True, "tpot_slo_ms": 50.0, "upscale_delay_s": 10.0,
+            "switch_max_batch": 16, "eager": True, "tpot_slo_ms": 50.0, "tpot_spread": 1.0,
+            "upscale_delay_s": 10.0,
             "downscale_delay_s": 30.0, "demand_window_s": 30.0, "systems": None}
     return argparse.Namespace(**(base | kw))
 
