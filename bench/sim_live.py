@@ -126,7 +126,9 @@ def _autoscaling(results: dict, name: str, budget: int) -> AutoscalingConfig:
         slo_tpot_ms=results["slo"]["tpot_ms"],
         upscale_delay_s=float(args.get("upscale_delay_s", 10.0)),
         downscale_delay_s=float(args.get("downscale_delay_s", 30.0)),
-        demand_window_s=float(args.get("demand_window_s", 30.0)))
+        demand_window_s=float(args.get("demand_window_s", 30.0)),
+        tpot_spread=float(args.get("tpot_spread", 1.0)),
+        load_horizon_s=float(args.get("phase_s", 240.0)))
 
 
 if __name__ == "__main__":
