@@ -152,5 +152,5 @@ def choose_split(current: tuple[int, int], loads: list[Load], curves: Mapping[st
         0.0, cfg.load_horizon_s - start)
     if loss >= gain and loss > 0:
         return SplitChoice(current, "start_cost", cur, best)
-    urgent = not fc([current], 1.0)[current].sufficient
+    urgent = not observed[current].sufficient
     return SplitChoice(best.split, "shortfall", cur, best, mbb, urgent)
