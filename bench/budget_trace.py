@@ -282,7 +282,9 @@ async def _warm(url: str, model: str, n: int) -> None:
             await closed_loop(client, jobs("mixed", model, 99, route), 2, n)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line of `python -m bench.budget_trace` (also how bench.sim_live rebuilds a
+    run's configs from the arguments it recorded)."""
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, help="results folder (default bench/results/<UTC time>-"
@@ -314,7 +316,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reuse", type=Path, help="an earlier run's results.json with the same trace "
                    "and seed: its static systems are taken (figures recomputed at this run's SLO) "
                    "instead of run again")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     if args.quick:
         args.phase_s, args.eager = 45.0, True
     out = args.out or Path("bench/results") / time.strftime("%Y%m%d-%H%M%S-budget-trace",

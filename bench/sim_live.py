@@ -20,9 +20,11 @@ import json
 from pathlib import Path
 
 from bench.autoscale_sim import simulate
+from bench.budget_report import AUTOSCALED
+from bench.budget_trace import parser, systems
 from bench.summary import acceptance
 from bench.trace import Request
-from core import AutoscalingConfig, PoolScalingConfig
+from core import DEFAULT_CONFIG_PATH, AutoscalingConfig, SpecserveConfig
 
 TOLERANCE = 0.15
 
@@ -92,11 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"E[τ] per task (live acceptance): { {t: round(e, 2) for t, e in etau.items()} }")
     print("| system | live goodput tok/s | simulated | sim / live |\n| --- | --- | --- | --- |")
     worst = 0.0
+    cfg = live_autoscaling(results)
     for name, system in results["systems"].items():
         split = static_split(name, budget)
         if split is None and name != "autoscaled":
             continue
-        cfg = _autoscaling(results, name, budget)
         profiles = measured_profiles(results, name)
         missing = [p for p in ("vanilla", "speculative") if p not in profiles]
         if missing:
@@ -116,19 +118,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _autoscaling(results: dict, name: str, budget: int) -> AutoscalingConfig:
-    """The autoscaled system's budget policy as the live run configured it (bench.budget_trace
-    defaults), else a plain one for a static split."""
-    args = results.get("args", {})
-    zero = PoolScalingConfig(min_replicas=0, max_replicas=budget)
-    return AutoscalingConfig(
-        enabled=True, policy="budget", budget_accelerators=budget, vanilla=zero, speculative=zero,
-        slo_tpot_ms=results["slo"]["tpot_ms"],
-        upscale_delay_s=float(args.get("upscale_delay_s", 10.0)),
-        downscale_delay_s=float(args.get("downscale_delay_s", 30.0)),
-        demand_window_s=float(args.get("demand_window_s", 30.0)),
-        tpot_spread=float(args.get("tpot_spread", 1.0)),
-        load_horizon_s=float(args.get("phase_s", 240.0)))
+def live_autoscaling(results: dict) -> AutoscalingConfig:
+    """The autoscaled system's autoscaling section as bench.budget_trace built it: its
+    `systems(...)` from the run's recorded arguments (the parser's defaults for any an older run
+    did not record) and base config. Static splits use it too (only the budget and windows
+    count for them)."""
+    args = parser().parse_args([])
+    vars(args).update(results.get("args", {}))
+    args.systems = [AUTOSCALED]
+    base = SpecserveConfig.from_yaml(args.config or DEFAULT_CONFIG_PATH)
+    return systems(base, results["budget"], args)[AUTOSCALED].autoscaling
 
 
 if __name__ == "__main__":
