@@ -10,7 +10,7 @@ import pytest
 
 from bench.sim_verdict import hours_at, verdict
 from bench.budget_report import mean_accelerators, targets, write_report
-from bench.budget_trace import Sent, phases, reused_systems, summarize, systems
+from bench.budget_trace import Sent, parser, phases, reused_systems, summarize, systems
 from bench.client import Sample
 from bench.sim_live import live_goodput, measured_etau, measured_profiles, static_split
 from bench.summary import Slo
@@ -21,11 +21,10 @@ SLO = Slo(ttft_s=1.0, tpot_s=0.05)
 
 
 def args(**kw) -> argparse.Namespace:
-    base = {"phase_s": 100.0, "low_rps": 0.5, "burst_rps": 3.0, "lull_rps": 0.2,
-            "switch_max_batch": 16, "eager": True, "tpot_slo_ms": 50.0, "tpot_spread": 1.0,
-            "upscale_delay_s": 10.0,
-            "downscale_delay_s": 30.0, "demand_window_s": 30.0, "systems": None}
-    return argparse.Namespace(**(base | kw))
+    """The command line's defaults (bench.budget_trace.parser), with these values."""
+    ns = parser().parse_args([])
+    vars(ns).update({"phase_s": 100.0, "low_rps": 0.5, "eager": True} | kw)
+    return ns
 
 
 def sample(tokens: int, tpot_s: float, ttft_s: float = 0.1, route: str = "vanilla") -> Sample:
