@@ -62,7 +62,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from core.autoscaling_config import AutoscalingConfig, serve_autoscaling_policy
 from core.checkpoints import check_checkpoints
-from core.kube_config import KubeConfig
+from core.kube_config import KubeConfig, project_image
 from core.paths import DEFAULT_CONFIG_PATH
 from core.pool_config import PoolConfig, SpeculativePoolConfig, check_node_labels
 from core.types import ConfigError, RequestedRoute, Route, Strict, TaskType
@@ -186,6 +186,19 @@ class SpecserveConfig(Strict):
                              f"model.max_model_len {target_len}")
         return self
 
+    @model_validator(mode="before")
+    @classmethod
+    def _default_image(cls, data):
+        # kubernetes.image unset: the project image for the pools' engine (core.project_image).
+        if not isinstance(data, dict):
+            return data
+        kube = data.get("kubernetes") or {}
+        if isinstance(kube, dict) and kube.get("image") is None:
+            gpu = any(isinstance(data.get(p), dict) and data[p].get("accelerator") == "gpu"
+                      for p in ("vanilla", "speculative"))
+            data = {**data, "kubernetes": {**kube, "image": project_image("gpu" if gpu else "cpu")}}
+        return data
+
     @model_validator(mode="after")
     def _check_pools(self) -> SpecserveConfig:
         if self.vanilla.num_replicas == 0 and self.speculative.num_replicas == 0:
@@ -201,6 +214,11 @@ class SpecserveConfig(Strict):
                         f"autoscaling: budget_accelerators {scaling.budget_accelerators} is below "
                         f"the pools' {bound} x tensor_parallel_size ({floor})")
         return self
+
+    def accelerator(self) -> Literal["cpu", "gpu"]:
+        """"gpu" when any pool's engine runs on GPUs, else "cpu": which vLLM build (and which
+        project image) the cluster needs; one environment carries exactly one."""
+        return "gpu" if "gpu" in (self.vanilla.accelerator, self.speculative.accelerator) else "cpu"
 
     def pools(self) -> list[Route]:
         """The pools this config serves (those with `num_replicas` > 0)."""

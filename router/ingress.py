@@ -111,7 +111,8 @@ class SpecserveIngress(AdminEndpoints, OpenAiIngress):
         self._decider = RouteDecider(self._cfg, pools, generation, self._board,
                                      ctx.replica_id.unique_id, "latency", self._health)
         self._pressure = self._decider.pressure
-        self._metrics = RouterMetrics(self._pressure.pool_stats, self._decider.speedup_model)
+        self._metrics = RouterMetrics(self._pressure.pool_stats, self._decider.speedup_model,
+                                      model_card.id)
         # the budget split sizes the pools from the load per class the routers count (a pool at
         # 0 is its choice); a request that ran on the other pool is such load, not a wake: woken
         # per request, vanilla flapped 0 -> 1 -> 0 every ~40 s through the live trace's chat

@@ -13,6 +13,15 @@ every replica of each pool. Derived figures in PromQL:
     speculative
     retries                sum by (route) (rate(specserve_retries_total[5m]))
 
+The speculative pool's counters are also served under vLLM's own names, summed over the pool's
+replicas and labelled `model_name` (as vLLM labels them) and `pool`:
+`vllm:spec_decode_num_drafts_total`, `vllm:spec_decode_num_draft_tokens_total`,
+`vllm:spec_decode_num_accepted_tokens_total`, `vllm:spec_decode_num_accepted_tokens_per_pos_total`
+(label `position`). vLLM's tools read these from the server's `/metrics`: `vllm bench serve`
+prints acceptance from them (it sums every `vllm:spec_decode_*_total` line), and vLLM's
+speculative-decoding Grafana dashboard queries them. Ray's metrics export keeps vLLM's per-engine
+series as `ray_vllm_*`.
+
 The dashboard and alert rules over these series: cluster/observability/.
 """
 
@@ -38,10 +47,11 @@ class RouterMetrics:
         pool_stats: returns the current per-pool view (PressureTracker's board snapshot merged
             with local in-flight counts); called at scrape time only.
         speedup_model: the router's speedup model (acceptance per task, step times per pool).
+        model_name: the served model name, the `model_name` label of the `vllm:` series.
     """
 
     def __init__(self, pool_stats: Callable[[], Mapping[str, PoolStats]],
-                 speedup_model: SpeedupModel):
+                 speedup_model: SpeedupModel, model_name: str):
         self.registry = CollectorRegistry()
         self.requests = Counter("specserve_requests", "Requests routed, by path, reason and task.",
                                 ["route", "reason", "task"], registry=self.registry)
@@ -58,6 +68,7 @@ class RouterMetrics:
         for route in get_args(Route):  # every series from the start: rate() sees the first one
             self.retries.labels(route)
         self.registry.register(_PoolCollector(pool_stats))
+        self.registry.register(_VllmSpecDecodeCollector(pool_stats, model_name))
         self.registry.register(_EstimateCollector(speedup_model))
 
     def observe_decision(self, route: str, reason: str, task: str, speedup: float | None) -> None:
@@ -119,6 +130,45 @@ class _PoolCollector:
         for pool, p in pools.items():
             for i, n in enumerate(p.engine.accepted_per_pos):
                 per_pos.add_metric([pool, str(i)], n)
+        yield per_pos
+
+
+class _VllmSpecDecodeCollector:
+    """The speculative pool's spec-decode counters under vLLM's names (module docstring).
+
+    Only pools that speculate get these series, as a vLLM server exports them only with a
+    `speculative_config`; summed over pools they are the speculative pool's.
+    """
+
+    SPECULATING_POOLS = ("speculative",)
+
+    def __init__(self, pool_stats: Callable[[], Mapping[str, PoolStats]], model_name: str):
+        self._pool_stats = pool_stats
+        self._model_name = model_name
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        pools = {pool: p for pool, p in self._pool_stats().items()
+                 if pool in self.SPECULATING_POOLS}
+        counters = {
+            "num_drafts": "Number of spec decoding drafts.",
+            "num_draft_tokens": "Number of draft tokens.",
+            "num_accepted_tokens": "Number of accepted tokens.",
+        }
+        for attr, doc in counters.items():
+            c = CounterMetricFamily(f"vllm:spec_decode_{attr}", doc,
+                                    labels=["model_name", "pool"])
+            for pool, p in pools.items():
+                c.add_metric([self._model_name, pool], getattr(p.engine, attr))
+            yield c
+        per_pos = CounterMetricFamily("vllm:spec_decode_num_accepted_tokens_per_pos",
+                                      "Accepted tokens per draft position.",
+                                      labels=["model_name", "pool", "position"])
+        for pool, p in pools.items():
+            for i, n in enumerate(p.engine.accepted_per_pos):
+                per_pos.add_metric([self._model_name, pool, str(i)], n)
         yield per_pos
 
 

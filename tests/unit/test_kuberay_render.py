@@ -14,6 +14,7 @@ from ray.serve.schema import ServeDeploySchema
 from cluster import cli
 from cluster.commented_yaml import dump, plain
 from core import RAY_VERSION, SpecserveConfig
+from core.kube_config import project_image
 from cluster.kube.render import MANIFESTS_DIR, app_args, rayjob, rayservice, render_all
 
 CONFIGS = sorted((MANIFESTS_DIR / "configs").glob("*.yaml"))
@@ -62,8 +63,7 @@ def test_manifest_follows_kuberay_sample_conventions(path):
     assert cluster["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"
     for group, pod in _pods(obj):
         for c in pod["template"]["spec"]["containers"]:
-            tag = c["image"].rpartition(":")[2]
-            assert tag.startswith(RAY_VERSION) and tag.endswith(f"-{variant}"), (group, tag)
+            assert c["image"] == project_image(variant), (group, c["image"])
             assert c["resources"]["requests"] and c["resources"]["limits"], group
             assert c["ports"] and all(p["name"] for p in c["ports"]), group
             assert {"name": "SPECSERVE_MODELS_DIR", "value": "/models"} in c["env"]
@@ -246,3 +246,29 @@ def test_json_schema_catches_typos_and_wrong_types(crd_schemas, mutate, where):
     mutate(obj["spec"])
     with pytest.raises(jsonschema.ValidationError, match=re.escape(where)):
         jsonschema.validate(obj, crd_schemas["RayService"])
+
+
+def test_image_defaults_to_the_project_image_of_the_pools_engine():
+    cpu = SpecserveConfig.from_yaml("cluster/default.yaml")
+    assert cpu.kubernetes.image == project_image("cpu") == "specserve:0.1.0-ray2.60.0-py311-cpu"
+    data = cpu.model_dump(mode="json", exclude_unset=True)
+    data["kubernetes"].pop("image")
+    data["speculative"].update(accelerator="gpu", tensor_parallel_size=4)
+    data["kubernetes"]["workers"] = {"speculative": {"gpus": 4}}
+    data["autoscaling"] = {"enabled": False}
+    gpu = SpecserveConfig.from_dict(data)
+    assert gpu.kubernetes.image == project_image("gpu")
+    # a named image wins, and the rendered pods carry it
+    data["kubernetes"]["image"] = "registry.example.com/ml/specserve:0.1.0-ray2.60.0-py311-gpu"
+    named = SpecserveConfig.from_dict(data)
+    containers = [c for _, pod in _pods(plain(rayservice(named)))
+                  for c in pod["template"]["spec"]["containers"]]
+    assert {c["image"] for c in containers} == {data["kubernetes"]["image"]}
+
+
+def test_the_distribution_version_is_the_images():
+    import tomllib
+
+    from core.kube_config import SPECSERVE_VERSION
+    project = tomllib.loads(Path("pyproject.toml").read_text())["project"]
+    assert project["version"] == SPECSERVE_VERSION
