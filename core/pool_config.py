@@ -39,8 +39,7 @@ class SpeculatorConfig(Strict):
         None, description="draft_model / EAGLE methods: how the draft proposes at temperature > 0 "
         "(vLLM speculative_config.draft_sample_method): `greedy` its argmax (vLLM's default), "
         "`probabilistic` a sample from its own distribution, verified against it, which accepts "
-        "far more at temperature > 0 (lab draft at T 0.7: mean acceptance length 1.56 -> 2.72, "
-        "bench/results/2026-12-01-draft-sampling). Lossless either way (tests/integration/test_lossless.py). "
+        "far more at temperature > 0. Lossless either way (tests/integration/test_lossless.py). "
         "Unset: vLLM's default.")
     quantization: str | None = Field(
         None, description="Quantization of a draft model's or head's weights (vLLM "

@@ -23,8 +23,8 @@ being the tokens/s its replicas carry while its slowest class (lowest E[τ]) mee
 T(N) / E[τ]_min ≤ slo_tpot_s (`PoolCurve.capacity`). Past capacity a live pool misses for every
 request of the class (replicas share its load evenly), so this counts what the split could serve
 within the SLO, not what a saturated pool does: it ranks splits none of which serves the whole
-load by how much of it each could (an all-or-nothing count ranks them all 0, and the simulator's
-policy then moved replicas mid-burst for nothing, bench/results/2026-12-02-autoscale-sim-sweep).
+load by how much of it each could (an all-or-nothing count would rank them all 0, and give the
+policy no reason to prefer one).
 `sufficient` means the whole demand is served within the SLO.
 """
 

@@ -113,10 +113,9 @@ class SpecserveIngress(AdminEndpoints, OpenAiIngress):
         self._pressure = self._decider.pressure
         self._metrics = RouterMetrics(self._pressure.pool_stats, self._decider.speedup_model,
                                       model_card.id)
-        # the budget split sizes the pools from the load per class the routers count (a pool at
-        # 0 is its choice); a request that ran on the other pool is such load, not a wake: woken
-        # per request, vanilla flapped 0 -> 1 -> 0 every ~40 s through the live trace's chat
-        # phase (bench/results/2026-12-02-budget-trace-tpot10-fix). The rules have only the wake.
+        # Under the budget split a pool at 0 replicas is the split's choice: the routers count the
+        # load per class and the split sizes the pools from it, so a request that ran on the other
+        # pool wakes nothing. Otherwise a wanted pool at 0 replicas is woken per request.
         self._wake_wanted_pools = not (scaling.enabled and scaling.policy == "budget")
         self._waker = PoolWaker(pools, self._health, scaling.scale_from_zero_wait_s,
                                 self._metrics.observe_wake)
