@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field, model_validator
-from ray._private.label_utils import validate_node_label_syntax, validate_node_labels
 
+from core import ray_private
 from core.checkpoints import read_config_value
 from core.paths import resolve_path
 from core.types import SpeculativeMethod, Strict
@@ -134,9 +134,11 @@ def check_node_labels(labels: dict[str, str]) -> None:
     Raises:
         ValueError: `node_labels: <Ray's message>`.
     """
+    if not labels:
+        return  # Ray's checks pass an empty set (and loading them loads Ray)
     try:
-        validate_node_label_syntax(labels)
-        validate_node_labels(labels)
+        ray_private.validate_node_label_syntax(labels)
+        ray_private.validate_node_labels(labels)
     except ValueError as e:
         raise ValueError(f"node_labels: {e}") from None
 

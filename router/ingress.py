@@ -20,7 +20,6 @@ import uuid
 
 from fastapi import FastAPI, Request
 from ray import serve
-from ray.llm._internal.serve.core.configs.openai_api_models import ModelCard, OpenAIHTTPException
 from ray.serve import Application
 from ray.serve.handle import DeploymentHandle
 from ray.serve.llm.ingress import OpenAiIngress, make_fastapi_ingress
@@ -28,6 +27,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from vllm.entrypoints.generate.base.protocol import StreamOptions
 
 from core import PUSH_PERIOD_S, Route, SpecserveConfig, get_board, use_serve_log_handlers
+from core.ray_private import ModelCard, OpenAIHTTPException
 from router.admin import AdminEndpoints
 from router.auth import ApiKeyGuard, ApiKeys
 from router.body_limit import BodyLimit
@@ -43,7 +43,8 @@ from router.wake import PoolWaker
 logger = logging.getLogger("specserve.router")
 
 # The pool chosen for the request being handled; read by `_get_configured_serve_handle`, which
-# Ray's `OpenAiIngress._get_response` calls in the same task.
+# Ray's `OpenAiIngress._get_response` calls in the same task (private hooks of Ray's ingress:
+# core/ray_private.py INGRESS_HOOKS).
 _ROUTE: contextvars.ContextVar[Route] = contextvars.ContextVar("specserve_route")
 
 

@@ -15,9 +15,6 @@ import asyncio
 import functools
 import json
 
-from ray.llm._internal.serve.core.configs.openai_api_models import ErrorResponse
-from ray.llm._internal.serve.core.ingress.utils import _sanitize_chat_completion_request
-
 from cluster.batch.output import OutputFailed, OutputFile
 from cluster.batch.records import error_record, response_record
 from cluster.batch.resume import ResumePlan
@@ -25,6 +22,7 @@ from cluster.batch.router import BatchRouter
 from cluster.batch.rows import BatchRow, Endpoint, RowError
 from cluster.batch.summary import BatchStats, progress_line
 from cluster.batch.writer import RowWriter
+from core.ray_private import ErrorResponse, sanitize_chat_completion_request
 from router.decider import route_headers
 from router.errors import RequestError, error_response
 from router.policy import Decision, RequestFeatures, Unroutable
@@ -174,7 +172,7 @@ class BatchRun:
         """(status, body) from the pool, retrying an unavailable pool; None: gave up."""
         body = row.body
         if row.endpoint is Endpoint.CHAT:
-            body = _sanitize_chat_completion_request(body)
+            body = sanitize_chat_completion_request(body)
         for attempt in range(self._args.max_retries + 1):
             if attempt:
                 await asyncio.sleep(RETRY_BACKOFF_S * 2 ** (attempt - 1))
