@@ -23,7 +23,7 @@ import contextlib
 
 from core import Route, SpecserveConfig
 from router.decider import RouteDecider
-from router.policy import Decision, PoolLoad, RequestFeatures
+from router.policy import PoolLoad, RequestFeatures, RouteDecision
 
 
 class BatchRouter:
@@ -75,7 +75,7 @@ class BatchRouter:
         """
         return self.decider.validate(body)
 
-    def decide(self, body, prompt_len: int | None = None) -> tuple[RequestFeatures, Decision]:
+    def decide(self, body, prompt_len: int | None = None) -> tuple[RequestFeatures, RouteDecision]:
         """Features and route of one row's request (pops its `route` field).
 
         Args:

@@ -25,7 +25,7 @@ from cluster.batch.writer import RowWriter
 from core.ray_private import ErrorResponse, sanitize_chat_completion_request
 from router.decider import route_headers
 from router.errors import RequestError, error_response
-from router.policy import Decision, RequestFeatures, Unroutable
+from router.policy import RequestFeatures, RouteDecision, Unroutable
 
 RETRY_BACKOFF_S = 2.0
 STATS_WAIT_S = 5.0  # for the first StatsBoard snapshot and router state before routing rows
@@ -160,7 +160,7 @@ class BatchRun:
         return self._answer(row, status, body, features, decision)
 
     def _answer(self, row: BatchRow, status: int, body: dict,
-                features: RequestFeatures | None = None, decision: Decision | None = None):
+                features: RequestFeatures | None = None, decision: RouteDecision | None = None):
         routed = features is not None and decision is not None
         headers = route_headers(features, decision) if routed else {}
         record = response_record(row, status, body, headers, self._config_fp)
