@@ -1,6 +1,6 @@
 """Predicted goodput of splits of the budget: `forecast_all(splits, loads, curves, slo_tpot_s, ...)`.
 
-The budget policy (deployments/split.py) compares splits (n_vanilla, n_speculative) with this
+The budget policy (autoscaling/split.py) compares splits (n_vanilla, n_speculative) with this
 fluid model, built from what the router uses: each pool's step-time model (core/step_time.py
 `StepTimeModel`: seconds per decode step as a request lives it with N requests in one replica's
 engine, queueing beyond max_num_seqs included) and E[τ] per request class (core/acceptance.py).

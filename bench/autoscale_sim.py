@@ -4,7 +4,7 @@ as a markdown table, and the target (bench/sim_verdict.py) as met or missed.
 
     python -m bench.autoscale_sim [--scenario gpu|cpu] [--hours 24] [--seed 8] [--sweep] [--plot PNG]
 
-Policies (bench/sim_policies.py): `specserve` (deployments/autoscaling.py, the one Serve runs,
+Policies (bench/sim_policies.py): `specserve` (autoscaling/rules.py, the one Serve runs,
 here with observed arrivals: the budget split), Ray Serve's default queue-length policy, a
 Dynamo-style throughput planner, and static splits of the budget. Scenario `gpu` (default):
 16 TP=4 replicas (64 accelerators), step times from E2E Networks' EAGLE-3 A100 numbers, replica

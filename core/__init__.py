@@ -1,16 +1,16 @@
 """The basement every layer imports: the config model, the closed sets it names, the stats types
-pool replicas report, the board that shares them, and the spec-decode formulas (E[τ], S, the
-step-time model) that the router, the autoscaler, the batch driver and the benchmarks share.
+pool replicas report (and the names of the metrics they report to Serve's autoscaling), and the
+spec-decode formulas (E[τ], S, the step-time model) that the router, the autoscaling policy, the
+batch driver and the benchmarks share. Importing it loads no Ray.
 
-Imports run one way: core <- router <- deployments <- cluster (CLI, batch, kube); `core` imports
-none of them.
+Imports run one way: core <- router <- deployments, autoscaling <- cluster (CLI, batch, kube);
+`core` imports none of them.
 """
 
 from core.acceptance import AcceptanceEstimator, temperature_bucket
 from core.arrivals import ArrivalCounter
 from core.autoscaling_config import (POLICY_FUNCTION, AutoscalingConfig, PoolScalingConfig,
                                      serve_autoscaling_policy)
-from core.board import StatsBoard, get_board
 from core.checkpoints import check_checkpoints, check_speculator_matches_target, read_config_value
 from core.config import (RAY_NODE_ENV, ModelConfig, RouterConfig, ServerConfig,
                          SpecserveConfig, load_config, use_ray_node_env)
@@ -28,12 +28,12 @@ __all__ = [
     "AcceptanceEstimator", "ArrivalCounter", "AutoscalingConfig", "batched_speedup",
     "BoardSnapshot", "busy_window_samples", "check_checkpoints", "check_node_labels",
     "check_speculator_matches_target", "ConfigError", "DEFAULT_CONFIG_PATH",
-    "EngineStats", "expected_tokens", "get_board", "KubeConfig", "load_config",
+    "EngineStats", "expected_tokens", "KubeConfig", "load_config",
     "ModelConfig", "models_dir", "MODELS_DIR_ENV", "per_position_acceptance", "POLICY_FUNCTION",
     "PoolConfig", "PoolScalingConfig", "PoolStats", "PUSH_PERIOD_S", "RAY_NODE_ENV", "RAY_VERSION",
     "read_config_value", "RequestedRoute", "resolve_path", "Route", "RouterConfig", "RouterState",
     "serve_autoscaling_policy", "ServerConfig", "SpecserveConfig", "SpeculativeMethod",
-    "SpeculativePoolConfig", "SpeculatorConfig", "STALE_AFTER_S", "StatsBoard", "StepTimeModel",
+    "SpeculativePoolConfig", "SpeculatorConfig", "STALE_AFTER_S", "StepTimeModel",
     "Strict", "TaskType", "temperature_bucket", "use_ray_node_env", "use_serve_log_handlers",
     "WorkerGroupConfig",
 ]

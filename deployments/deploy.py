@@ -4,7 +4,7 @@ Ray Serve 2.60 takes an application-level `autoscaling_policy` (one policy sizin
 deployments) only from a declarative config (`ServeDeploySchema`: `serve deploy`, the REST API, a
 RayService's `serveConfigV2`); `serve.run` has no such argument. So with `autoscaling.enabled` the
 application is applied as a config whose `import_path` is `deployments.app:build_app` and whose
-`autoscaling_policy` is `deployments.autoscaler.PoolAutoscaler`; without it, `serve.run`.
+`autoscaling_policy` is `autoscaling.controller.PoolAutoscaler`; without it, `serve.run`.
 Other declaratively deployed applications on the instance are kept (a declarative apply replaces
 the whole set).
 """

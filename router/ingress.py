@@ -26,10 +26,11 @@ from ray.serve.llm.ingress import OpenAiIngress, make_fastapi_ingress
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from vllm.entrypoints.generate.base.protocol import StreamOptions
 
-from core import PUSH_PERIOD_S, Route, SpecserveConfig, get_board, use_serve_log_handlers
+from core import PUSH_PERIOD_S, Route, SpecserveConfig, use_serve_log_handlers
 from core.ray_private import ModelCard, OpenAIHTTPException
 from router.admin import AdminEndpoints
 from router.auth import ApiKeyGuard, ApiKeys
+from router.board import get_board
 from router.body_limit import BodyLimit
 from router.decider import RouteDecider, route_headers
 from router.errors import RequestError, error_response, install_error_handlers
@@ -56,7 +57,7 @@ def build_ingress(cfg: SpecserveConfig, pools: dict[str, Application]) -> Applic
     a valid `Authorization: Bearer <key>`, admin keys for /admin/*, see router/auth.py) and
     limits the bytes received (413 above `server.max_body_bytes`, router/body_limit.py). CORS is
     off: a browser client needs a proxy in front. Each call is one build of the application,
-    named by a fresh `generation` (the runtime pin lives as long as it: core/board.py).
+    named by a fresh `generation` (the runtime pin lives as long as it: router/board.py).
 
     Args:
         cfg: the application's config.

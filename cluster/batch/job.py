@@ -39,7 +39,8 @@ from cluster.batch.run import BatchRun, log
 from cluster.batch.submit import submit
 from cluster.batch.summary import BatchStats, summary_text
 from cluster.batch.writer import RowWriter
-from core import DEFAULT_CONFIG_PATH, get_board, load_config
+from core import DEFAULT_CONFIG_PATH, load_config
+from router.board import get_board
 
 CONFIG_JSON_ENV = "SPECSERVE_CONFIG_JSON"  # how the RayJob manifest passes the config
 ORDER_WINDOW_PER_SLOT = 4  # --ordered: rows taken and not yet written, per --max-in-flight slot

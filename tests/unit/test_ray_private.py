@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import subprocess
+import sys
 
 import pytest
 import ray
@@ -77,3 +79,10 @@ def test_the_ingress_hooks_router_ingress_overrides_exist():
     # `_get_response` picks the handle through the hook the ingress overrides.
     assert "self._get_configured_serve_handle(" in inspect.getsource(OpenAiIngress._get_response)
 
+
+
+def test_importing_core_and_validating_a_config_load_no_ray():
+    code = ("import sys, core, core.ray_private; "
+            "core.SpecserveConfig.from_yaml(core.DEFAULT_CONFIG_PATH); print('ray' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr
