@@ -23,6 +23,7 @@ from autoscaling.decision import PoolView, ScalingDecision
 from autoscaling.goodput import Load, PoolCurve
 from autoscaling.split import POOLS, choose_split
 from core import AutoscalingConfig
+from core.specdecode import MIN_SPEEDUP
 
 START_WEIGHT = 0.5  # weight of a new start-time measurement in a pool's EWMA
 
@@ -61,7 +62,7 @@ def _wake(views: dict[str, PoolView], cfg: AutoscalingConfig) -> dict[str, int] 
 
 
 def decide_budget(views: dict[str, PoolView], demand: list[Load], cfg: AutoscalingConfig,
-                  state: dict, now: float, min_speedup: float = 1.1,
+                  state: dict, now: float, min_speedup: float = MIN_SPEEDUP,
                   ) -> tuple[dict[str, ScalingDecision], dict]:
     """Replica targets of both pools (module table), and the next state.
 

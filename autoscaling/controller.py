@@ -39,6 +39,7 @@ from autoscaling.decision import PoolView, ScalingDecision
 from autoscaling.goodput import Load
 from autoscaling.rules import decide
 from core import AutoscalingConfig
+from core.specdecode import MIN_SPEEDUP
 from core.stats import BUSY_METRIC, MEMORY_BOUND_METRIC, WAITING_METRIC
 from router.board import get_board
 
@@ -83,7 +84,7 @@ class PoolAutoscaler:
     """
 
     def __init__(self, config: dict, tensor_parallel_size: dict[str, int],
-                 max_num_seqs: dict[str, int] | None = None, min_speedup: float = 1.1):
+                 max_num_seqs: dict[str, int] | None = None, min_speedup: float = MIN_SPEEDUP):
         self._cfg = AutoscalingConfig.model_validate(config)
         self._tp = dict(tensor_parallel_size)
         self._max_num_seqs = dict(max_num_seqs or {})

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from core import StepTimeModel
+from core.specdecode import MIN_SPEEDUP, batched_speedup
 
 SHARES = 20  # grid steps of the speculative share f in [0, 1]
 UNSERVED_TPOT_S = 1000.0  # TPOT counted for tokens a pool cannot serve at all
@@ -153,7 +154,7 @@ def _spec_part(loads: list[Load], share: float) -> tuple[float, float, float]:
 
 def forecast_all(splits: list[tuple[int, int]], loads: list[Load],
                  curves: Mapping[str, PoolCurve], slo_tpot_s: float,
-                 tensor_parallel_size: Mapping[str, int], min_speedup: float = 1.1,
+                 tensor_parallel_size: Mapping[str, int], min_speedup: float = MIN_SPEEDUP,
                  ) -> dict[tuple[int, int], Forecast]:
     """Forecast of every split in `splits` under `loads` (module doc).
 
@@ -211,7 +212,7 @@ def forecast_all(splits: list[tuple[int, int]], loads: list[Load],
         for i, (tokens, _, last) in enumerate(parts):
             good_v, tpot_v, step_v = pool(van, "v", n_v, i)
             good_s, tpot_s, step_s = pool(spec, "s", n_s, i)
-            if i > 0 and last * step_v < min_speedup * step_s:
+            if i > 0 and step_s > 0 and batched_speedup(last, step_v, step_s) < min_speedup:
                 break  # S of the last class sent fell below the router's threshold
             mean = ((demand - tokens) * tpot_v + tokens * tpot_s) / demand if demand else 0.0
             best = Forecast((n_v, n_s), acc, demand, good_v + good_s, mean, i / SHARES)

@@ -44,6 +44,7 @@ from autoscaling.budget import decide_budget
 from autoscaling.decision import PoolView, ScalingDecision
 from autoscaling.goodput import Load
 from core import AutoscalingConfig
+from core.specdecode import MIN_SPEEDUP
 
 POOLS = ("vanilla", "speculative")
 
@@ -98,7 +99,7 @@ def _fit_budget(wanted: dict[str, int], reasons: dict[str, str], views: dict[str
 
 
 def decide(views: dict[str, PoolView], cfg: AutoscalingConfig, state: dict, now: float,
-           demand: list[Load] | None = None, min_speedup: float = 1.1,
+           demand: list[Load] | None = None, min_speedup: float = MIN_SPEEDUP,
            ) -> tuple[dict[str, ScalingDecision], dict]:
     """Replica targets of every pool in `views` (module doc), and the next state.
 

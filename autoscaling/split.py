@@ -27,6 +27,7 @@ from typing import Mapping
 
 from autoscaling.goodput import Forecast, Load, PoolCurve, forecast_all
 from core import AutoscalingConfig
+from core.specdecode import MIN_SPEEDUP
 
 POOLS = ("vanilla", "speculative")
 
@@ -77,7 +78,7 @@ def candidate_splits(cfg: AutoscalingConfig, tp: Mapping[str, int]) -> list[tupl
 
 def choose_split(current: tuple[int, int], loads: list[Load], curves: Mapping[str, PoolCurve],
                  tp: Mapping[str, int], cfg: AutoscalingConfig, start_s: Mapping[str, float],
-                 min_speedup: float = 1.1) -> SplitChoice:
+                 min_speedup: float = MIN_SPEEDUP) -> SplitChoice:
     """The split to run for the observed `loads` (module table).
 
     Args:

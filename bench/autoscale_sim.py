@@ -34,9 +34,9 @@ from bench.sim_profiles import CPU, GAINING_TASKS, SCENARIOS, Scenario
 from bench.sim_verdict import verdict
 from bench.trace import TraceParams, day_trace
 from core import AutoscalingConfig, PoolScalingConfig, StepTimeModel
+from core.specdecode import MIN_SPEEDUP, batched_speedup
 
 POOLS = ("vanilla", "speculative")
-MIN_SPEEDUP = 1.1
 
 
 @dataclass
@@ -98,7 +98,8 @@ def route(task: str, pools: dict[str, Pool], etau: dict[str, float]) -> str:
         return "speculative"
     if task not in GAINING_TASKS:
         return "vanilla"
-    s = etau[task] * van.model.step_time(van.batch() + 1) / spec.model.step_time(spec.batch() + 1)
+    s = batched_speedup(etau[task], van.model.step_time(van.batch() + 1),
+                        spec.model.step_time(spec.batch() + 1))
     return "speculative" if s >= MIN_SPEEDUP else "vanilla"
 
 

@@ -17,6 +17,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from core.specdecode import MIN_SPEEDUP
 from core.types import Strict
 
 
@@ -165,7 +166,7 @@ class AutoscalingConfig(Strict):
 
 def serve_autoscaling_policy(scaling: AutoscalingConfig, tensor_parallel_size: dict[str, int],
                              max_num_seqs: dict[str, int] | None = None,
-                             min_speedup: float = 1.1) -> dict:
+                             min_speedup: float = MIN_SPEEDUP) -> dict:
     """The application's `autoscaling_policy` entry of a Serve config (ServeDeploySchema, a
     RayService's serveConfigV2): Serve instantiates `PoolAutoscaler(**policy_kwargs)` once.
 

@@ -65,6 +65,7 @@ from core.checkpoints import check_checkpoints
 from core.kube_config import KubeConfig, project_image
 from core.paths import DEFAULT_CONFIG_PATH
 from core.pool_config import PoolConfig, SpeculativePoolConfig, check_node_labels
+from core.specdecode import MIN_SPEEDUP
 from core.types import ConfigError, RequestedRoute, Route, Strict, TaskType
 
 # Environment of every Ray node specserve starts or renders: Ray 2.60 puts each worker in its own
@@ -105,8 +106,8 @@ class RouterConfig(Strict):
         8, ge=1, description="Before step times are measured: requests in flight per speculative "
         "replica above which new requests go vanilla (speculation stops paying at high batch).")
     min_speedup: float = Field(
-        1.1, gt=0, description="Expected speedup S (see router/policy.py) at or above which a "
-        "request goes speculative once step times are measured.")
+        MIN_SPEEDUP, gt=0, description="Expected speedup S (see router/policy.py) at or above "
+        "which a request goes speculative once step times are measured.")
     hysteresis: float = Field(
         0.05, ge=0, description="A task type already routed speculative stays there until S "
         "falls below min_speedup minus this.")
