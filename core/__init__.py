@@ -11,13 +11,15 @@ from core.acceptance import AcceptanceEstimator, temperature_bucket
 from core.arrivals import ArrivalCounter
 from core.autoscaling_config import (POLICY_FUNCTION, AutoscalingConfig, PoolScalingConfig,
                                      serve_autoscaling_policy)
-from core.checkpoints import check_checkpoints, check_speculator_matches_target, read_config_value
-from core.config import (RAY_NODE_ENV, ModelConfig, RouterConfig, ServerConfig,
-                         SpecserveConfig, load_config, use_ray_node_env)
+from core.checkpoints import check_checkpoints, check_speculator_matches_target
+from core.config import (RAY_NODE_ENV, ModelConfig, RouterConfig, ServerConfig, SpecserveConfig,
+                         use_ray_node_env)
 from core.kube_config import RAY_VERSION, KubeConfig, WorkerGroupConfig
 from core.logs import use_serve_log_handlers
-from core.paths import DEFAULT_CONFIG_PATH, MODELS_DIR_ENV, models_dir, resolve_path
+from core.paths import (DEFAULT_CONFIG_PATH, MODELS_DIR_ENV, models_dir, read_config_value,
+                        resolve_path)
 from core.pool_config import PoolConfig, SpeculativePoolConfig, SpeculatorConfig, check_node_labels
+from core.sources import load_config
 from core.specdecode import batched_speedup, expected_tokens
 from core.stats import (PUSH_PERIOD_S, STALE_AFTER_S, BoardSnapshot, EngineStats, PoolStats,
                         RouterState, busy_window_samples, per_position_acceptance)

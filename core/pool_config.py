@@ -12,8 +12,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from core import ray_private
-from core.checkpoints import read_config_value
-from core.paths import resolve_path
+from core.paths import read_config_value, resolve_path
 from core.types import SpeculativeMethod, Strict
 
 
