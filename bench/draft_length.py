@@ -8,7 +8,7 @@ from measurements (vLLM's `num_speculative_tokens_per_batch_size`).
    engine's counters give α_1..α_K. γ = 0 is measured on the speculative engine, not taken from
    the target alone: a table's 0 still runs the draft's side of the step (2026-12-01, this
    benchmark: slower than the target alone, see the report's vanilla column).
-2. **Derive** the table: γ*(B) = argmax_γ E[τ(γ)] / T_s(B, γ) (`bench.draft_schedule`), with T_s
+2. **Derive** the table: γ*(B) = argmax_γ E[τ(γ)] / T_s(B, γ) (bench/draft_schedule.py), with T_s
    per batch the least-squares line in γ through the measured points (`smooth_step_times`).
 3. **Compare** on the held-out `test` prompts (other prompts than the profile's) at the
    concurrencies `--concurrency` (chosen between and beyond the profiled batch sizes): "fixed"

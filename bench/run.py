@@ -184,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--overhead-concurrency", type=int, default=64)
     p.add_argument("--machine-concurrency", type=int, default=16, help="closed-loop slots of the "
                    "machine cell (one pool busy vs both)")
-    add_serving_arguments(p, warmup=8, ttft_slo_ms=1000.0, warmup_help="warm-up requests per system")
+    add_serving_arguments(p, warmup=8, ttft_slo_ms=1000.0,
+                          warmup_help="warm-up requests per system")
     p.add_argument("--no-switch", action="store_true", help="skip vLLM's batch-size switch")
     p.add_argument("--quick", action="store_true", help="a ~5 minute smoke run: 2 levels, "
                    "few requests, first method only, eager engines")

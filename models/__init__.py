@@ -1,7 +1,7 @@
 """The model lab: tokenizer, target and distilled draft built from the Python stdlib's sources.
 
-Entry point: `python -m models.build` (see `models/README.md`); `python -m models.speculators_report`
-checks a build in vLLM.
+Entry point: `python -m models.build` (see `models/README.md`);
+`python -m models.speculators_report` checks a build in vLLM.
 
 Public modules, those other packages and the docs use: the `python -m` entry points `build`,
 `heads`, `speculators_report` and `tree_report` (cluster/cli.py calls the first
