@@ -4,7 +4,7 @@ as a markdown table, and the target (bench/sim_verdict.py) as met or missed.
 
     python -m bench.autoscale_sim [--scenario gpu|cpu] [--hours 24] [--seed 8] [--sweep] [--plot PNG]
 
-Policies (bench/sim_policies.py): `specserve` (deployments/autoscaling.py, the one Serve runs,
+Policies (bench/sim_policies.py): `specserve` (autoscaling/rules.py, the one Serve runs,
 here with observed arrivals: the budget split), Ray Serve's default queue-length policy, a
 Dynamo-style throughput planner, and static splits of the budget. Scenario `gpu` (default):
 16 TP=4 replicas (64 accelerators), step times from E2E Networks' EAGLE-3 A100 numbers, replica
@@ -34,9 +34,9 @@ from bench.sim_profiles import CPU, GAINING_TASKS, SCENARIOS, Scenario
 from bench.sim_verdict import verdict
 from bench.trace import TraceParams, day_trace
 from core import AutoscalingConfig, PoolScalingConfig, StepTimeModel
+from core.specdecode import MIN_SPEEDUP, batched_speedup
 
 POOLS = ("vanilla", "speculative")
-MIN_SPEEDUP = 1.1
 
 
 @dataclass
@@ -98,7 +98,8 @@ def route(task: str, pools: dict[str, Pool], etau: dict[str, float]) -> str:
         return "speculative"
     if task not in GAINING_TASKS:
         return "vanilla"
-    s = etau[task] * van.model.step_time(van.batch() + 1) / spec.model.step_time(spec.batch() + 1)
+    s = batched_speedup(etau[task], van.model.step_time(van.batch() + 1),
+                        spec.model.step_time(spec.batch() + 1))
     return "speculative" if s >= MIN_SPEEDUP else "vanilla"
 
 

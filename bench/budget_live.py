@@ -6,7 +6,7 @@ closed-loop load (a few requests pinned to vanilla, which wakes and profiles it;
 concurrency 1; a burst at 24; a lull), and after each prints the routes it saw and
 `GET /admin/autoscaling`: the offered load per class the board computed and the last decisions
 with their reasons and predicted gains. A check that the wiring runs, not the trace benchmark
-(issue 16): it compares nothing. Port 8311; the serve log goes to /tmp/budget-serve.log.
+(`bench.budget_trace`): it compares nothing. Port 8311; the serve log goes to /tmp/budget-serve.log.
 """
 import asyncio
 import json

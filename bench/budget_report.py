@@ -49,7 +49,7 @@ def efficiency(results: dict) -> list[str]:
 
 
 def targets(results: dict) -> list[str]:
-    """The issue's two live targets, each with its ratio (autoscaled / best static)."""
+    """The two live targets, each with its ratio (autoscaled / best static)."""
     if AUTOSCALED not in results["systems"] or not static_systems(results):
         return ["(targets need the autoscaled system and at least one static one)"]
     auto = results["systems"][AUTOSCALED]["figures"]

@@ -49,10 +49,11 @@ import httpx
 from bench.budget_report import AUTOSCALED, static_systems, write_report
 from bench.client import Sample, stream_request
 from bench.loadgen import closed_loop
-from bench.run import reap_new_engines, speculator_config, vllm_pids
+from bench.run import (add_serving_arguments, base_config, reap_new_engines, speculator_config,
+                       vllm_pids)
 from bench.summary import Slo, percentile
 from bench.workload import jobs
-from core import DEFAULT_CONFIG_PATH, SpecserveConfig
+from core import SpecserveConfig
 
 APP = "specserve"
 POLL_S = 5.0
@@ -289,11 +290,8 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, help="results folder (default bench/results/<UTC time>-"
                    "budget-trace)")
-    p.add_argument("--config", help="base config (default cluster/default.yaml)")
     p.add_argument("--systems", nargs="+", help="names or prefixes (vanilla, routed, "
                    "speculative, vllm, autoscaled), run in this order; default all")
-    p.add_argument("--budget", type=int, help="accelerators of every system (default: this "
-                   "machine's cores)")
     p.add_argument("--phase-s", type=float, default=240.0, help="seconds per phase")
     p.add_argument("--low-rps", type=float, default=0.4, help="arrivals/s of the code and chat "
                    "phases")
@@ -304,14 +302,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--upscale-delay-s", type=float, default=10.0)
     p.add_argument("--downscale-delay-s", type=float, default=30.0)
     p.add_argument("--demand-window-s", type=float, default=30.0)
-    p.add_argument("--ttft-slo-ms", type=float, default=2000.0)
-    p.add_argument("--tpot-slo-ms", type=float, default=50.0)
     p.add_argument("--tpot-spread", type=float, default=1.0, help="autoscaled: "
                    "autoscaling.tpot_spread (plan for a mean TPOT of the SLO / this)")
-    p.add_argument("--warmup", type=int, default=4, help="warm-up requests per route")
     p.add_argument("--seed", type=int, default=16)
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--eager", action="store_true", help="enforce_eager engines (start faster)")
+    add_serving_arguments(p, warmup=4, ttft_slo_ms=2000.0, warmup_help="warm-up requests per route")
     p.add_argument("--quick", action="store_true", help="45 s phases, eager engines: a smoke run")
     p.add_argument("--reuse", type=Path, help="an earlier run's results.json with the same trace "
                    "and seed: its static systems are taken (figures recomputed at this run's SLO) "
@@ -326,8 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path("bench/results") / time.strftime("%Y%m%d-%H%M%S-budget-trace",
                                                             time.gmtime())
     out.mkdir(parents=True, exist_ok=True)
-    base = SpecserveConfig.from_yaml(args.config or DEFAULT_CONFIG_PATH)
-    base = base.model_copy(update={"server": base.server.model_copy(update={"port": args.port})})
+    base = base_config(args)
 
     import ray
     from ray import serve

@@ -9,9 +9,10 @@ pool replica, same engine, no specserve routing. The difference in latency betwe
 from __future__ import annotations
 
 from ray import serve
-from ray.llm._internal.serve.core.configs.openai_api_models import ModelCard
 from ray.serve import Application
 from ray.serve.llm.ingress import OpenAiIngress, make_fastapi_ingress
+
+from core.ray_private import ModelCard
 
 PREFIX = "/direct"
 

@@ -1,5 +1,5 @@
 """`python -m bench.draft_length`: a fixed draft length against the per-batch-size table derived
-from measurements (issue 21 item 2: vLLM's `num_speculative_tokens_per_batch_size`).
+from measurements (vLLM's `num_speculative_tokens_per_batch_size`).
 
 1. **Profile** (the `dev` prompts of `bench/prompts/tasks.jsonl`, mixed task types): for every
    γ in 0..K one engine with num_speculative_tokens K and a table holding γ at every batch size
@@ -8,7 +8,7 @@ from measurements (issue 21 item 2: vLLM's `num_speculative_tokens_per_batch_siz
    engine's counters give α_1..α_K. γ = 0 is measured on the speculative engine, not taken from
    the target alone: a table's 0 still runs the draft's side of the step (2026-12-01, this
    benchmark: slower than the target alone, see the report's vanilla column).
-2. **Derive** the table: γ*(B) = argmax_γ E[τ(γ)] / T_s(B, γ) (`core.draft_length`), with T_s
+2. **Derive** the table: γ*(B) = argmax_γ E[τ(γ)] / T_s(B, γ) (bench/draft_schedule.py), with T_s
    per batch the least-squares line in γ through the measured points (`smooth_step_times`).
 3. **Compare** on the held-out `test` prompts (other prompts than the profile's) at the
    concurrencies `--concurrency` (chosen between and beyond the profiled batch sizes): "fixed"
@@ -39,8 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.draft_schedule import draft_length_at, draft_length_schedule, smooth_step_times
 from core import expected_tokens, models_dir
-from core.draft_length import draft_length_at, draft_length_schedule, smooth_step_times
 from models.spec_metrics import alphas, minus, read_counters
 from models.speculators_report import TASKS, TASKS_FILE, speculative_config, token_prompts
 

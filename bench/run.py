@@ -148,11 +148,30 @@ def crossover(cells: dict, spec: str, vanilla: str, levels: list[int]) -> int:
     return best
 
 
+def add_serving_arguments(p: argparse.ArgumentParser, *, warmup: int, ttft_slo_ms: float,
+                          warmup_help: str) -> None:
+    """The flags every benchmark that serves its systems shares: the base config, the budget, the
+    SLO, the port and the engines' mode (`bench.run`, `bench.budget_trace`)."""
+    p.add_argument("--config", help="base config (default cluster/default.yaml)")
+    p.add_argument("--budget", type=int, default=None, help="replicas (accelerators) of every "
+                   "system; default: this machine's cores")
+    p.add_argument("--warmup", type=int, default=warmup, help=warmup_help)
+    p.add_argument("--ttft-slo-ms", type=float, default=ttft_slo_ms)
+    p.add_argument("--tpot-slo-ms", type=float, default=50.0)
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--eager", action="store_true", help="enforce_eager engines (start faster)")
+
+
+def base_config(args: argparse.Namespace) -> SpecserveConfig:
+    """`--config` (default cluster/default.yaml) served on `--port`."""
+    base = SpecserveConfig.from_yaml(args.config or DEFAULT_CONFIG_PATH)
+    return base.model_copy(update={"server": base.server.model_copy(update={"port": args.port})})
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, help="results folder (default bench/results/<UTC time>)")
-    p.add_argument("--config", help="base config (default cluster/default.yaml)")
     p.add_argument("--methods", nargs="+", default=["ngram", "draft_model", "eagle3", "medusa"],
                    help="speculators to compare; the first also serves the routed system")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
@@ -165,13 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--overhead-concurrency", type=int, default=64)
     p.add_argument("--machine-concurrency", type=int, default=16, help="closed-loop slots of the "
                    "machine cell (one pool busy vs both)")
-    p.add_argument("--budget", type=int, default=None, help="replicas (accelerators) of every "
-                   "system; default: this machine's cores")
-    p.add_argument("--warmup", type=int, default=8, help="warm-up requests per system")
-    p.add_argument("--ttft-slo-ms", type=float, default=1000.0)
-    p.add_argument("--tpot-slo-ms", type=float, default=50.0)
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--eager", action="store_true", help="enforce_eager engines (start faster)")
+    add_serving_arguments(p, warmup=8, ttft_slo_ms=1000.0,
+                          warmup_help="warm-up requests per system")
     p.add_argument("--no-switch", action="store_true", help="skip vLLM's batch-size switch")
     p.add_argument("--quick", action="store_true", help="a ~5 minute smoke run: 2 levels, "
                    "few requests, first method only, eager engines")
@@ -183,8 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         args.warmup, args.eager, args.methods = 2, True, args.methods[:1]
     out = args.out or Path("bench/results") / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     out.mkdir(parents=True, exist_ok=True)
-    base = SpecserveConfig.from_yaml(args.config or DEFAULT_CONFIG_PATH)
-    base = base.model_copy(update={"server": base.server.model_copy(update={"port": args.port})})
+    base = base_config(args)
     methods = available_methods(args.methods)
     if not methods:
         print("no speculator available", file=sys.stderr)

@@ -1,8 +1,8 @@
 """The autoscaling policies the simulator (bench/autoscale_sim.py) compares, besides static splits.
 
-- `specserve`: `deployments.autoscaling.decide`, the function Serve's controller calls, given the
+- `specserve`: `autoscaling.rules.decide`, the function Serve's controller calls, given the
   observed arrivals per task type (tokens/s over `autoscaling.demand_window_s`) and both pools'
-  step-time models: the budget split (deployments/budget.py).
+  step-time models: the budget split (autoscaling/budget.py).
 - `queue_length_policy`: Ray Serve's default (`replica_queue_length_autoscaling_policy`,
   ray/serve/autoscaling_policy.py): each pool on its own wants ⌈in-flight /
   target_ongoing_requests⌉, bounded, applied after the same-direction delay; no shared budget
@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import math
 
+from autoscaling.decision import PoolView
+from autoscaling.goodput import Load, PoolCurve
+from autoscaling.rules import decide
 from core import AutoscalingConfig
-from deployments.autoscaling import PoolView, decide
-from deployments.goodput import Load, PoolCurve
 from deployments.utilization import memory_bound_fraction
 
 DYNAMO_INTERVAL_S = 60.0

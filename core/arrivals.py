@@ -4,7 +4,7 @@ Every router (ingress replica, batch driver) counts the requests it decides, per
 started (`ArrivalCounter`); it publishes the cumulative counts to the StatsBoard with its other
 shared state, and the board turns each publisher's counts within a window into rates
 (`offered_load`). A class is (task type, may go speculative): what the budget split
-(deployments/split.py) needs to predict both pools' goodput (`deployments.goodput.Load`), with
+(autoscaling/split.py) needs to predict both pools' goodput (`autoscaling.goodput.Load`), with
 its E[τ] as the split uses it: tokens per verification step over the class's tokens, Σ tokens /
 Σ (tokens / E[τ] of each request) (a token-weighted harmonic mean of the router's estimates).
 

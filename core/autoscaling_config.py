@@ -1,6 +1,6 @@
 """The `autoscaling` section of specserve's config: both pools sized by one policy, one budget.
 
-The policy itself is `deployments.autoscaling.decide`; this module only states what it may do.
+The policy itself is `autoscaling.rules.decide`; this module only states what it may do.
 Replica counts are bounded per pool (`vanilla` / `speculative`), and together by
 `budget_accelerators`, counted in accelerators: a replica costs its pool's `tensor_parallel_size`
 (1 on CPU, where the "accelerator" is one logical CPU slot per engine).
@@ -17,10 +17,11 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from core.specdecode import MIN_SPEEDUP
 from core.types import Strict
 
 
-POLICY_FUNCTION = "deployments.autoscaler:PoolAutoscaler"
+POLICY_FUNCTION = "autoscaling.controller:PoolAutoscaler"
 
 
 
@@ -64,9 +65,9 @@ class AutoscalingConfig(Strict):
                           "each pool runs its fixed `num_replicas`.")
     policy: Literal["rules", "budget"] = Field(
         "rules", description="`rules`: each pool sized by its own load and memory-bound "
-        "fraction, then fitted to the budget (deployments/autoscaling.py); `budget`: the split of "
+        "fraction, then fitted to the budget (autoscaling/rules.py); `budget`: the split of "
         "the budget with the best predicted goodput for the offered load the routers observe "
-        "per request class and the pools' profiled step times (deployments/budget.py), the "
+        "per request class and the pools' profiled step times (autoscaling/budget.py), the "
         "rules until both are known. `budget` is not yet the default: on the live trace it "
         "matches the best static split at a TPOT SLO of 50 ms on fewer accelerators but trails "
         "it at 10 ms (README, Autoscaling).")
@@ -99,13 +100,13 @@ class AutoscalingConfig(Strict):
         0.3, ge=0, lt=1, description="Memory-bound fraction at or below which speculative "
         "replicas count as compute-bound: capacity shifts to vanilla. Between the two: hold.")
     slo_tpot_ms: float = Field(
-        50.0, gt=0, description="Budget split (deployments/split.py): time per output token a "
+        50.0, gt=0, description="Budget split (autoscaling/split.py): time per output token a "
         "split must keep (decode time over tokens, queueing in the engine included) to count as "
         "serving a load.")
     tpot_spread: float = Field(
         1.0, ge=1.0, description="Budget split: how far the requests' TPOT spreads above the "
         "mean the step-time model predicts; a split serves a class only where predicted mean "
-        "TPOT x tpot_spread <= slo_tpot_ms. The model (deployments/goodput.py) predicts means; "
+        "TPOT x tpot_spread <= slo_tpot_ms. The model (autoscaling/goodput.py) predicts means; "
         "on 2 CPU cores at a 10 ms SLO the lived p90 / mean was 1.35-2.0 (README, Autoscaling); "
         "1: plan on the mean.")
     headroom: float = Field(
@@ -165,7 +166,7 @@ class AutoscalingConfig(Strict):
 
 def serve_autoscaling_policy(scaling: AutoscalingConfig, tensor_parallel_size: dict[str, int],
                              max_num_seqs: dict[str, int] | None = None,
-                             min_speedup: float = 1.1) -> dict:
+                             min_speedup: float = MIN_SPEEDUP) -> dict:
     """The application's `autoscaling_policy` entry of a Serve config (ServeDeploySchema, a
     RayService's serveConfigV2): Serve instantiates `PoolAutoscaler(**policy_kwargs)` once.
 

@@ -6,25 +6,13 @@ machine (a path that may be the cluster's).
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.paths import resolve_path
+from core.paths import read_config_value, resolve_path
 from core.types import ConfigError
 
 if TYPE_CHECKING:
     from core.config import SpecserveConfig
-
-
-def read_config_value(model_path: str, key: str) -> int | None:
-    """`key` from a checkpoint's config.json (or its text_config), or None when the folder is not
-    local or the key is absent."""
-    cfg = Path(resolve_path(model_path)) / "config.json"
-    if not cfg.is_file():
-        return None
-    data = json.loads(cfg.read_text())
-    return data.get(key) or data.get("text_config", {}).get(key)
 
 
 def _checkpoint_context(model_path: str) -> int | None:

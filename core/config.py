@@ -52,7 +52,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Literal
@@ -61,10 +60,9 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from core.autoscaling_config import AutoscalingConfig, serve_autoscaling_policy
-from core.checkpoints import check_checkpoints
 from core.kube_config import KubeConfig, project_image
-from core.paths import DEFAULT_CONFIG_PATH
 from core.pool_config import PoolConfig, SpeculativePoolConfig, check_node_labels
+from core.specdecode import MIN_SPEEDUP
 from core.types import ConfigError, RequestedRoute, Route, Strict, TaskType
 
 # Environment of every Ray node specserve starts or renders: Ray 2.60 puts each worker in its own
@@ -105,8 +103,8 @@ class RouterConfig(Strict):
         8, ge=1, description="Before step times are measured: requests in flight per speculative "
         "replica above which new requests go vanilla (speculation stops paying at high batch).")
     min_speedup: float = Field(
-        1.1, gt=0, description="Expected speedup S (see router/policy.py) at or above which a "
-        "request goes speculative once step times are measured.")
+        MIN_SPEEDUP, gt=0, description="Expected speedup S (see router/policy.py) at or above "
+        "which a request goes speculative once step times are measured.")
     hysteresis: float = Field(
         0.05, ge=0, description="A task type already routed speculative stays there until S "
         "falls below min_speedup minus this.")
@@ -266,49 +264,6 @@ class SpecserveConfig(Strict):
             return cls.model_validate(data)
         except ValidationError as e:
             raise ConfigError(_format_validation_error(e, source)) from None
-
-
-def load_config(path: str | Path | None = None, *, inline: dict | None = None,
-                env_var: str | None = None, image: str | None = None,
-                check: bool = True) -> SpecserveConfig:
-    """The config every entrypoint runs on, from the first source given.
-
-    Sources, in order: the YAML file `path`; the `inline` fields (source `args`); the JSON in
-    `$env_var` when `path` is None and that variable is set and not empty; `DEFAULT_CONFIG_PATH`.
-
-    Args:
-        path: a YAML config file (`--config`, Serve's `config_path`); None or empty: not given.
-        inline: the config's fields as a dict (Serve's inline `args`); None: not given.
-        env_var: an environment variable that may hold the config as JSON (the RayJob's
-            `SPECSERVE_CONFIG_JSON`); None: none is read.
-        image: replaces `kubernetes.image`, re-validated (source `<path> with --image`).
-        check: also check the config against its local checkpoints (`check_checkpoints`:
-            context, heads, vocab); off where the models live on another machine.
-
-    Raises:
-        ConfigError: an unreadable file, bad YAML, a field that fails validation (each named,
-            prefixed by its source), or, with `check`, a config that does not fit its checkpoints.
-        json.JSONDecodeError: `$env_var` is set but not JSON.
-
-    Example:
-        >>> load_config("cluster/default.yaml", check=False).server.port
-        8000
-    """
-    if path:
-        cfg = SpecserveConfig.from_yaml(path)
-    elif inline is not None:
-        cfg = SpecserveConfig.from_dict(inline, "args")
-    elif path is None and env_var and os.environ.get(env_var):
-        cfg = SpecserveConfig.from_dict(json.loads(os.environ[env_var]), source=f"${env_var}")
-    else:
-        cfg = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH)
-    if image is not None:
-        data = cfg.model_dump(mode="json", exclude_unset=True)
-        data.setdefault("kubernetes", {})["image"] = image
-        cfg = SpecserveConfig.from_dict(data, source=f"{path} with --image")
-    if check:
-        check_checkpoints(cfg)
-    return cfg
 
 
 def _format_validation_error(err: ValidationError, source: str) -> str:

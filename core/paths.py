@@ -1,7 +1,9 @@
-"""Where configs and models live, and how a model path expands (`${models}`, `~`, `$VAR`)."""
+"""Where configs and models live, how a model path expands (`${models}`, `~`, `$VAR`), and what a
+local checkpoint's config.json says."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -22,3 +24,13 @@ def models_dir() -> Path:
 def resolve_path(path: str) -> str:
     """Expands `${models}`, `~` and environment variables in a model path; returns a string."""
     return os.path.expandvars(os.path.expanduser(path.replace("${models}", str(models_dir()))))
+
+
+def read_config_value(model_path: str, key: str) -> int | None:
+    """`key` from a checkpoint's config.json (or its text_config), or None when the folder is not
+    local or the key is absent."""
+    cfg = Path(resolve_path(model_path)) / "config.json"
+    if not cfg.is_file():
+        return None
+    data = json.loads(cfg.read_text())
+    return data.get(key) or data.get("text_config", {}).get(key)

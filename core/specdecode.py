@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
+# S at or above which a request goes speculative: `router.min_speedup`'s default, and the
+# threshold the autoscaling policy's budget split routes by unless given the configured one.
+MIN_SPEEDUP = 1.1
+
 
 def expected_tokens(alphas: Sequence[float]) -> float:
     """E[τ]: tokens emitted per target verification step, bonus token included.

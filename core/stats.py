@@ -1,6 +1,6 @@
 """Engine stats of each pool as plain dataclasses: what a pool replica reports and a reader sums.
 
-The actor that holds them for the whole application is core/board.py's `StatsBoard`.
+The actor that holds them for the whole application is router/board.py's `StatsBoard`.
 """
 
 from __future__ import annotations
@@ -9,6 +9,12 @@ from dataclasses import dataclass, field
 
 PUSH_PERIOD_S = 0.5
 STALE_AFTER_S = 5.0
+
+# What a pool replica reports through Serve's `record_autoscaling_stats` (deployments/pools.py)
+# and the autoscaling controller reads from `AutoscalingContext.aggregated_metrics`.
+WAITING_METRIC = "specserve_waiting"  # requests waiting in the replica's engine
+BUSY_METRIC = "specserve_busy"  # 1.0: the engine produced output since the last report
+MEMORY_BOUND_METRIC = "specserve_memory_bound"  # memory-bound fraction, 0..1
 
 _GAUGES = {"vllm:num_requests_running": "num_requests_running",
            "vllm:num_requests_waiting": "num_requests_waiting",

@@ -52,7 +52,7 @@ def build_app_from_config(cfg: SpecserveConfig, autoscale: bool = False) -> Appl
     Each call is one build of the application, named by a fresh `generation` in the ingress's
     arguments: Serve builds once per deploy (`serve run`, `serve deploy` of a changed config, a
     RayService update) and keeps the arguments across replica and controller restarts, so the
-    runtime pin (core/board.py) lives exactly as long as the deployed application.
+    runtime pin (router/board.py) lives exactly as long as the deployed application.
 
     Args:
         autoscale: give each pool Serve autoscaling bounds from `cfg.autoscaling` (for
@@ -119,7 +119,7 @@ def check_fits_node(cfg: SpecserveConfig) -> None:
 def pool_deployment_config(cfg: SpecserveConfig, pool: str, autoscale: bool) -> dict:
     """Serve deployment options of one pool: fixed replicas, or autoscaling bounds.
 
-    Autoscaled, Serve's own delays are 0: the policy (deployments/autoscaling.py) keeps the
+    Autoscaled, Serve's own delays are 0: the policy (autoscaling/rules.py) keeps the
     configured delays itself, so that each decision and its wait are visible with their reason.
     """
     if not autoscale:

@@ -4,7 +4,7 @@ Ray Serve 2.60 takes an application-level `autoscaling_policy` (one policy sizin
 deployments) only from a declarative config (`ServeDeploySchema`: `serve deploy`, the REST API, a
 RayService's `serveConfigV2`); `serve.run` has no such argument. So with `autoscaling.enabled` the
 application is applied as a config whose `import_path` is `deployments.app:build_app` and whose
-`autoscaling_policy` is `deployments.autoscaler.PoolAutoscaler`; without it, `serve.run`.
+`autoscaling_policy` is `autoscaling.controller.PoolAutoscaler`; without it, `serve.run`.
 Other declaratively deployed applications on the instance are kept (a declarative apply replaces
 the whole set).
 """
@@ -14,10 +14,10 @@ from __future__ import annotations
 import time
 
 from ray import serve
-from ray.serve.context import _get_global_client
 from ray.serve.schema import ServeDeploySchema
 
 from core import SpecserveConfig
+from core.ray_private import get_global_client
 from deployments.app import build_app_from_config
 
 
@@ -41,7 +41,7 @@ def run_app(cfg: SpecserveConfig, name: str, route_prefix: str = "/",
     if not cfg.autoscaling.enabled:
         serve.run(build_app_from_config(cfg), name=name, route_prefix=route_prefix)
         return
-    client = _get_global_client()
+    client = get_global_client()
     details = client.get_serve_details()
     others = [app["deployed_app_config"]
               for app_name, app in details.get("applications", {}).items()

@@ -22,15 +22,15 @@ from ray.serve.llm.openai_api_models import CompletionRequest
 from vllm.v1.metrics.reader import get_metrics_snapshot
 
 from core import (PUSH_PERIOD_S, EngineStats, ModelConfig, PoolConfig, SpeculativePoolConfig,
-                  StepTimeModel, busy_window_samples, get_board, resolve_path,
-                  use_serve_log_handlers)
-from deployments.autoscaler import BUSY_METRIC, MEMORY_BOUND_METRIC, WAITING_METRIC
+                  StepTimeModel, busy_window_samples, resolve_path, use_serve_log_handlers)
+from core.stats import BUSY_METRIC, MEMORY_BOUND_METRIC, WAITING_METRIC
 from deployments.cores import SHARE_CORES_ENV, CoreLease, NoFreeCores
 from deployments.engine_args import check_engine_kwargs
 from deployments.engine_metrics import export_engine_metrics
 from deployments.profile import PROFILE_PROMPT, profile_batches, profile_step_times
 from deployments.sampling_check import SamplingCheck, check_sampling
 from deployments.utilization import make_source
+from router.board import get_board
 
 logger = logging.getLogger("specserve.pools")
 
@@ -141,7 +141,7 @@ class PoolServer(LLMServer):
 
     async def record_autoscaling_stats(self) -> dict[str, float]:
         """Custom autoscaling stats Ray Serve collects every `metrics_interval_s` for the
-        application's policy (deployments/autoscaler.py): requests waiting in the engine, whether
+        application's policy (autoscaling/controller.py): requests waiting in the engine, whether
         it produced output since the last call (1.0 / 0.0: short requests between two samples
         of Serve's in-flight gauge are work all the same) and, when the utilization source can
         tell, the memory-bound fraction."""

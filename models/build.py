@@ -21,13 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from models.corpus import load_corpus
 from models.manifest import (MANIFEST_NAME, atomic_dir, build_digest, default_models_dir, is_built,
                              manifest, write_json)
-from models.params import CODE_VERSION, BuildParams
+from models.params import CODE_VERSION, BuildParams, params_from_args
 from models.report import summary
 
 REPORT_NAME = "report.json"
@@ -94,12 +94,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the process exit status."""
-    defaults = BuildParams()
     parser = argparse.ArgumentParser(prog="python -m models.build", description=__doc__.split("\n")[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
-    params = replace(defaults, seed=args.seed, target_steps=args.target_steps,
-                     draft_steps=args.draft_steps, max_files=args.max_files)
+    params = params_from_args(BuildParams(), args)
     result = build(args.out, params, force=args.force, threads=args.threads)
     if result.cached:
         print(f"cached: {result.out} already holds this build (digest {result.report['digest'][:12]}); "

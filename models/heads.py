@@ -28,11 +28,11 @@ import hashlib
 import json
 import time
 from contextlib import ExitStack
-from dataclasses import replace
 from pathlib import Path
 
 from models.head_params import HEADS_CODE_VERSION, HeadParams
 from models.manifest import MANIFEST_NAME, atomic_dir, default_models_dir, read_manifest, write_json
+from models.params import params_from_args
 
 HEAD_KINDS = ("eagle3", "medusa", "eagle", "eagle31")
 DEFAULT_KINDS = ("eagle3", "medusa")  # what `make models` builds; EAGLE-1 and 3.1 are opt-in
@@ -144,13 +144,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the process exit status."""
-    d = HeadParams()
     parser = argparse.ArgumentParser(prog="python -m models.heads", description=__doc__.split("\n")[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
-    params = replace(d, seed=args.seed, eagle3_steps=args.eagle3_steps,
-                     eagle_steps=args.eagle_steps, medusa_steps=args.medusa_steps,
-                     sequences=args.sequences)
+    params = params_from_args(HeadParams(), args)
     reports = build_heads(args.models, params, tuple(args.kinds), args.force, args.threads)
     print(summary(reports))
     return 0

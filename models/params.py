@@ -6,7 +6,9 @@ these fields, the corpus digest and `CODE_VERSION` (see `models.manifest`).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import argparse
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import TypeVar
 
 # Bumped whenever a code change alters the weights a given BuildParams produces.
 CODE_VERSION = "models-1"
@@ -93,3 +95,13 @@ class BuildParams:
     def as_dict(self) -> dict:
         """Plain-JSON form (nested shapes become dicts)."""
         return asdict(self)
+
+
+P = TypeVar("P")
+
+
+def params_from_args(defaults: P, args: argparse.Namespace) -> P:
+    """`defaults` (a params dataclass) with every field that the command line also names (a flag
+    whose dest is the field's name) taken from `args`."""
+    return replace(defaults, **{f.name: getattr(args, f.name) for f in fields(defaults)
+                                if hasattr(args, f.name)})

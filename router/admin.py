@@ -70,7 +70,7 @@ class AdminEndpoints:
         """The autoscaling policy's view from the StatsBoard: `policy` (rules | budget), its
         `calls` and last decision `events` (each with its reason and predicted gain), and the
         `inputs` the budget split takes (offered load per class over `demand_window_s`, each
-        pool's step-time model; core/board.py `autoscaling_inputs`)."""
+        pool's step-time model; router/board.py `autoscaling_inputs`)."""
         scaling = self._cfg.autoscaling
         log = await self._board.autoscaler.remote()
         inputs = await self._board.autoscaling_inputs.remote(

@@ -1,7 +1,7 @@
 """The route decision with its online state: the one object the HTTP ingress and the batch driver
 decide through.
 
-`RouteDecider` turns a request body into a `Decision`: its features (router/features.py), each
+`RouteDecider` turns a request body into a `RouteDecision`: its features (router/features.py), each
 pool's load (router/pool_view.py), the expected speedup S (router/speedup.py, priced by latency at
 the ingress and by throughput in a batch job), then the pure `router.policy.choose_route` and
 `admit`. It keeps what the decision learns from: per-task hysteresis memory, acceptance estimates
@@ -21,7 +21,7 @@ from typing import Callable, Iterable, get_args
 from core import (PUSH_PERIOD_S, ArrivalCounter, PoolStats, RequestedRoute, Route,
                   SpecserveConfig, TaskType, read_config_value, resolve_path)
 from router.features import load_tokenizer, max_prompt_tokens, prompt_tokens, request_features
-from router.policy import Decision, PoolLoad, RequestFeatures, admit, choose_route
+from router.policy import PoolLoad, RequestFeatures, RouteDecision, admit, choose_route
 from router.pool_view import PoolHealth, PressureTracker
 from router.speedup import SPEEDUP_MODELS, PricingMode
 from router.validation import Limits, request_sequences, validate_request
@@ -134,7 +134,7 @@ class RouteDecider:
                 for pool, load in loads.items()}
 
     def decide(self, body, loads: dict[Route, PoolLoad] | None = None,
-               prompt_len: int | None = None) -> tuple[RequestFeatures, Decision]:
+               prompt_len: int | None = None) -> tuple[RequestFeatures, RouteDecision]:
         """Features and route of one request (pops the body's `route` field).
 
         Args:
@@ -163,7 +163,7 @@ class RouteDecider:
         self._count_arrival(body, features, decision, prompt_len, router_cfg)
         return features, decision
 
-    def _count_arrival(self, body, features: RequestFeatures, decision: Decision,
+    def _count_arrival(self, body, features: RequestFeatures, decision: RouteDecision,
                        prompt_len: int | None, router_cfg) -> None:
         """Counts the request for the autoscaling policy (core/arrivals.py): its class may go
         speculative unless something keeps it vanilla whatever the load (its options, a pin or
@@ -177,13 +177,13 @@ class RouteDecider:
         self.arrivals.observe(features.task, gains, tokens * request_sequences(body),
                               features.expected_tokens or 1.0)
 
-    def admit(self, decision: Decision, loads: dict[Route, PoolLoad], sequences: int = 1
-              ) -> Decision | None:
+    def admit(self, decision: RouteDecision, loads: dict[Route, PoolLoad], sequences: int = 1
+              ) -> RouteDecision | None:
         """`router.policy.admit` within `server.max_in_flight_per_replica`: the decision, maybe
         moved to another pool with room; None when no pool it may take has room."""
         return admit(decision, loads, self.cfg.server.max_in_flight_per_replica, sequences)
 
-    def retry_route(self, failed: Route, decision: Decision) -> Route:
+    def retry_route(self, failed: Route, decision: RouteDecision) -> Route:
         """Where a request goes after `failed` lost it: another pool it may run on when one is
         available, else the same pool (Serve picks another of its replicas, if any)."""
         others = [p for p in self.pools if p != failed and decision.may_run_on(p)
@@ -272,7 +272,7 @@ def _max_tokens(body) -> int | None:
     return getattr(body, "max_completion_tokens", None) or body.max_tokens
 
 
-def route_headers(features: RequestFeatures, decision: Decision) -> dict[str, str]:
+def route_headers(features: RequestFeatures, decision: RouteDecision) -> dict[str, str]:
     """The response headers that explain a decision: route, reason, task and (when computed) S."""
     headers = {"x-specserve-route": decision.route, "x-specserve-reason": decision.reason,
                "x-specserve-task": features.task}

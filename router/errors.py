@@ -8,10 +8,11 @@ import logging
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from ray.llm._internal.serve.core.configs.openai_api_models import OpenAIHTTPException
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 from vllm.exceptions import VLLMClientError
+
+from core.ray_private import OpenAIHTTPException
 
 logger = logging.getLogger("specserve.router")
 
@@ -67,7 +68,7 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(exc.status_code, str(exc.detail), headers=exc.headers)
 
     @app.exception_handler(Exception)
-    async def _internal(request: Request, exc: Exception) -> JSONResponse:
+    async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
         logger.exception("unhandled error on %s", request.url.path)
         return error_response(500, "Internal server error")
 

@@ -20,16 +20,17 @@ import uuid
 
 from fastapi import FastAPI, Request
 from ray import serve
-from ray.llm._internal.serve.core.configs.openai_api_models import ModelCard, OpenAIHTTPException
 from ray.serve import Application
 from ray.serve.handle import DeploymentHandle
 from ray.serve.llm.ingress import OpenAiIngress, make_fastapi_ingress
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from vllm.entrypoints.generate.base.protocol import StreamOptions
 
-from core import PUSH_PERIOD_S, Route, SpecserveConfig, get_board, use_serve_log_handlers
+from core import PUSH_PERIOD_S, Route, SpecserveConfig, use_serve_log_handlers
+from core.ray_private import ModelCard, OpenAIHTTPException
 from router.admin import AdminEndpoints
 from router.auth import ApiKeyGuard, ApiKeys
+from router.board import get_board
 from router.body_limit import BodyLimit
 from router.decider import RouteDecider, route_headers
 from router.errors import RequestError, error_response, install_error_handlers
@@ -43,7 +44,8 @@ from router.wake import PoolWaker
 logger = logging.getLogger("specserve.router")
 
 # The pool chosen for the request being handled; read by `_get_configured_serve_handle`, which
-# Ray's `OpenAiIngress._get_response` calls in the same task.
+# Ray's `OpenAiIngress._get_response` calls in the same task (private hooks of Ray's ingress:
+# core/ray_private.py INGRESS_HOOKS).
 _ROUTE: contextvars.ContextVar[Route] = contextvars.ContextVar("specserve_route")
 
 
@@ -55,7 +57,7 @@ def build_ingress(cfg: SpecserveConfig, pools: dict[str, Application]) -> Applic
     a valid `Authorization: Bearer <key>`, admin keys for /admin/*, see router/auth.py) and
     limits the bytes received (413 above `server.max_body_bytes`, router/body_limit.py). CORS is
     off: a browser client needs a proxy in front. Each call is one build of the application,
-    named by a fresh `generation` (the runtime pin lives as long as it: core/board.py).
+    named by a fresh `generation` (the runtime pin lives as long as it: router/board.py).
 
     Args:
         cfg: the application's config.
@@ -113,10 +115,9 @@ class SpecserveIngress(AdminEndpoints, OpenAiIngress):
         self._pressure = self._decider.pressure
         self._metrics = RouterMetrics(self._pressure.pool_stats, self._decider.speedup_model,
                                       model_card.id)
-        # the budget split sizes the pools from the load per class the routers count (a pool at
-        # 0 is its choice); a request that ran on the other pool is such load, not a wake: woken
-        # per request, vanilla flapped 0 -> 1 -> 0 every ~40 s through the live trace's chat
-        # phase (bench/results/2026-12-02-budget-trace-tpot10-fix). The rules have only the wake.
+        # Under the budget split a pool at 0 replicas is the split's choice: the routers count the
+        # load per class and the split sizes the pools from it, so a request that ran on the other
+        # pool wakes nothing. Otherwise a wanted pool at 0 replicas is woken per request.
         self._wake_wanted_pools = not (scaling.enabled and scaling.policy == "budget")
         self._waker = PoolWaker(pools, self._health, scaling.scale_from_zero_wait_s,
                                 self._metrics.observe_wake)

@@ -17,8 +17,8 @@ may run there (reason `pool_saturated`); when no pool it may take has room, it g
 
 A request that sets an option vLLM refuses under speculative decoding (`min_p`, `logit_bias`)
 may run on the vanilla pool only (`RequestFeatures.eligible_pools`): the decision carries that
-(`Decision.eligible`), and every later move (`pool_unavailable`, `pool_saturated`, a retry after
-a replica failure in router/ingress.py) keeps to it. So does
+(`RouteDecision.eligible`), and every later move (`pool_unavailable`, `pool_saturated`, a retry
+after a replica failure in router/ingress.py) keeps to it. So does
 a sampled request (temperature > 0) while the speculative pool's sampling is not verified
 lossless (`PoolLoad.lossless_sampling`, deployments/sampling_check.py): specserve never serves a
 distribution other than the target's.
@@ -101,7 +101,7 @@ class PoolLoad:
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class RouteDecision:
     """The chosen path, why, and the expected speedup S of the speculative path for the request
     (None when not computed). S is told for a requested or pinned route too (what the request
     gains or gives up there), so that the mean predicted S of the requests the speculative pool
@@ -130,7 +130,7 @@ class Unroutable(ValueError):
 
 
 def choose_route(req: RequestFeatures, pools: Mapping[Route, PoolLoad], cfg: RouterConfig,
-                 previous: Route | None = None, speedup: float | None = None) -> Decision:
+                 previous: Route | None = None, speedup: float | None = None) -> RouteDecision:
     """Picks the path for one request.
 
     Args:
@@ -175,44 +175,44 @@ def choose_route(req: RequestFeatures, pools: Mapping[Route, PoolLoad], cfg: Rou
                              "or route auto / vanilla")
         eligible = ("vanilla",)
     decision = _preferred_route(req, pools, cfg, previous, lossy, speedup)
-    decision = Decision(decision.route, decision.reason, decision.speedup, eligible)
+    decision = RouteDecision(decision.route, decision.reason, decision.speedup, eligible)
     if pools[decision.route].available:
         return decision
     for pool, load in pools.items():
         if pool != decision.route and load.available and decision.may_run_on(pool):
             reason = "pool_scaled_to_zero" if pools[decision.route].asleep else "pool_unavailable"
-            return Decision(pool, reason, eligible=eligible)
+            return RouteDecision(pool, reason, eligible=eligible)
     return decision
 
 
 def _preferred_route(req: RequestFeatures, pools: Mapping[Route, PoolLoad], cfg: RouterConfig,
-                     previous: Route | None, lossy: bool, speedup: float | None) -> Decision:
+                     previous: Route | None, lossy: bool, speedup: float | None) -> RouteDecision:
     """The route `choose_route` picks when every pool is available."""
     if req.requested_route != "auto":  # S still told: what this request gains or gives up
-        return Decision(req.requested_route, "requested", speedup)
+        return RouteDecision(req.requested_route, "requested", speedup)
     if len(pools) == 1:
-        return Decision(next(iter(pools)), "only_pool")
+        return RouteDecision(next(iter(pools)), "only_pool")
     if req.unsupported_options:  # before the pin: the speculative pool would refuse it
-        return Decision("vanilla", "unsupported_option")
+        return RouteDecision("vanilla", "unsupported_option")
     if lossy:  # before the pin too: never a distribution other than the target's
-        return Decision("vanilla", "speculation_lossy")
+        return RouteDecision("vanilla", "speculation_lossy")
     if cfg.pin != "auto":
-        return Decision(cfg.pin, "pinned", speedup)
+        return RouteDecision(cfg.pin, "pinned", speedup)
     if req.beyond_speculator_context:
-        return Decision("vanilla", "beyond_speculator_context")
+        return RouteDecision("vanilla", "beyond_speculator_context")
     if req.temperature > cfg.max_speculative_temperature:
-        return Decision("vanilla", "high_temperature")
+        return RouteDecision("vanilla", "high_temperature")
     if speedup is not None:
         threshold = cfg.min_speedup - (cfg.hysteresis if previous == "speculative" else 0.0)
         if speedup >= threshold:
-            return Decision("speculative", "speculation_pays", speedup)
-        return Decision("vanilla", "speculation_costs", speedup)
+            return RouteDecision("speculative", "speculation_pays", speedup)
+        return RouteDecision("vanilla", "speculation_costs", speedup)
     if req.task not in cfg.speculative_tasks:
-        return Decision("vanilla", "task_gains_little")
+        return RouteDecision("vanilla", "task_gains_little")
     spec = pools["speculative"]
     if spec.in_flight >= cfg.max_speculative_in_flight * max(spec.replicas, 1):
-        return Decision("vanilla", "batch_pressure")
-    return Decision("speculative", "task_gains")
+        return RouteDecision("vanilla", "batch_pressure")
+    return RouteDecision("speculative", "task_gains")
 
 
 def has_room(load: PoolLoad, max_in_flight_per_replica: int, sequences: int = 1) -> bool:
@@ -222,8 +222,8 @@ def has_room(load: PoolLoad, max_in_flight_per_replica: int, sequences: int = 1)
     return load.available and load.in_flight + sequences <= bound
 
 
-def admit(decision: Decision, pools: Mapping[Route, PoolLoad], max_in_flight_per_replica: int,
-          sequences: int = 1) -> Decision | None:
+def admit(decision: RouteDecision, pools: Mapping[Route, PoolLoad], max_in_flight_per_replica: int,
+          sequences: int = 1) -> RouteDecision | None:
     """The decision to run a request of `sequences` sequences, possibly moved to another pool it
     may run on; None when nothing it may take has room (see `refusal`)."""
     if has_room(pools[decision.route], max_in_flight_per_replica, sequences):
@@ -233,11 +233,11 @@ def admit(decision: Decision, pools: Mapping[Route, PoolLoad], max_in_flight_per
     for pool, load in pools.items():
         if (pool != decision.route and decision.may_run_on(pool)
                 and has_room(load, max_in_flight_per_replica, sequences)):
-            return Decision(pool, "pool_saturated", eligible=decision.eligible)
+            return RouteDecision(pool, "pool_saturated", eligible=decision.eligible)
     return None
 
 
-def refusal(decision: Decision, pools: Mapping[Route, PoolLoad]) -> tuple[int, str]:
+def refusal(decision: RouteDecision, pools: Mapping[Route, PoolLoad]) -> tuple[int, str]:
     """(HTTP status, message) for a request `admit` refused: 429 when a pool it may take is up
     but full, 503 when none is up. A forced pool (reason `requested`) counts alone."""
     candidates = [decision.route] if decision.reason == "requested" else [

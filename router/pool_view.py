@@ -162,6 +162,10 @@ class PressureTracker:
     def local_in_flight(self, pool: Route) -> int:
         return self._local[pool]
 
+    def local_in_flight_all(self) -> dict[Route, int]:
+        """This replica's (or batch driver's) own sequences in flight, per configured pool."""
+        return dict(self._local)
+
     def pool_stats(self) -> dict[Route, PoolStats]:
         """Every configured pool's board view with in-flight requests of all ingress replicas."""
         out = {}

@@ -1,7 +1,7 @@
 """Waking a pool that autoscaling took to zero replicas, from the ingress.
 
 Serve counts a request waiting at a deployment with no replica as demand, and the autoscaling
-policy then starts one (deployments/autoscaling.py). The ingress makes a pool it wants count so by
+policy then starts one (autoscaling/rules.py). The ingress makes a pool it wants count so by
 queueing one `PoolServer.wake` call at the pool's handle, and waits until the StatsBoard lists a
 replica of it (`PoolHealth.asleep` turns False), at most `autoscaling.scale_from_zero_wait_s`.
 """

@@ -17,10 +17,10 @@ import time
 
 import ray
 from ray import serve
-from ray.serve._private.router import SingletonThreadRouter
 from ray.serve.handle import DeploymentHandle
 
 from core import Route, SpecserveConfig, use_ray_node_env
+from core.ray_private import QUEUE_LEN_PROBE, SingletonThreadRouter
 from deployments.app import build_app_from_config
 from deployments.cores import node_cores
 
@@ -131,11 +131,9 @@ def _pool_handles(app: str) -> dict[Route, DeploymentHandle]:
             for pool in ("vanilla", "speculative") if pool in deployments}
 
 
-# Serve's handle probes a replica's queue length before sending it a request
-# (ray/serve/_private/request_router/replica_wrapper.py `RunningReplica.get_queue_len`); a probe
-# orphaned by a cancelled row still runs on Serve's router loop, and `ray.shutdown()` under it makes
-# its `ray.cancel` auto-connect to a Ray that is gone and log a traceback.
-_QUEUE_LEN_PROBE = "RunningReplica.get_queue_len"
+# Serve's handle probes a replica's queue length before sending it a request (QUEUE_LEN_PROBE); a
+# probe orphaned by a cancelled row still runs on Serve's router loop, and `ray.shutdown()` under it
+# makes its `ray.cancel` auto-connect to a Ray that is gone and log a traceback.
 PROBES_WAIT_S = 2.0  # above Serve's largest probe deadline (1 s by default)
 
 
@@ -151,7 +149,7 @@ def settle_handles(handles: dict[Route, DeploymentHandle], wait_s: float = PROBE
 
     async def probes_done() -> None:
         probes = [t for t in asyncio.all_tasks()
-                  if getattr(t.get_coro(), "__qualname__", "") == _QUEUE_LEN_PROBE]
+                  if getattr(t.get_coro(), "__qualname__", "") == QUEUE_LEN_PROBE]
         if probes:
             await asyncio.wait(probes, timeout=wait_s)
 

@@ -6,8 +6,8 @@
     python -m cluster.cli batch --submit http://127.0.0.1:8265 ...    # submits, waits for the head
 
 Rows (cluster/batch/run.py) are checked as the ingress checks requests and go to the pools of the
-specserve application (cluster/batch/app.py) through the online router's policy in throughput
-mode (cluster/batch/router.py), at most `--max-in-flight` at a time; each answer is appended to the
+specserve application (cluster/batch/app.py) through the online router's `RouteDecider` in
+throughput mode, at most `--max-in-flight` at a time; each answer is appended to the
 output as one complete line (cluster/batch/output.py), as rows finish or in input order
 (`--ordered`, cluster/batch/writer.py). Re-running with the same output skips the rows it already
 answers, so a killed job re-submitted finishes every row exactly once; an output holding answers to
@@ -33,13 +33,14 @@ from cluster.batch.app import (ClusterUnavailable, close_app, connect_ray, in_ra
                                settle_handles)
 from cluster.batch.output import OutputBusy, OutputFailed, OutputFile
 from cluster.batch.resume import config_fingerprint, plan_resume
-from cluster.batch.router import BatchRouter
 from cluster.batch.rows import count_lines, read_rows
 from cluster.batch.run import BatchRun, log
 from cluster.batch.submit import submit
 from cluster.batch.summary import BatchStats, summary_text
 from cluster.batch.writer import RowWriter
-from core import DEFAULT_CONFIG_PATH, get_board, load_config
+from core import DEFAULT_CONFIG_PATH, load_config
+from router.board import get_board
+from router.decider import RouteDecider
 
 CONFIG_JSON_ENV = "SPECSERVE_CONFIG_JSON"  # how the RayJob manifest passes the config
 ORDER_WINDOW_PER_SLOT = 4  # --ordered: rows taken and not yet written, per --max-in-flight slot
@@ -140,9 +141,10 @@ def run(args: argparse.Namespace) -> int:
         connect_ray(args.address, cfg, args.wait_s, log)
         app, handles, owned = open_app(cfg, args.app, args.wait_s, log)
         driver_id = f"batch-{os.getpid()}-{int(time.time())}"
-        router = BatchRouter(cfg, sorted(handles), get_board(app), driver_id)
+        decider = RouteDecider(cfg, sorted(handles), generation=None, board=get_board(app),
+                               replica_id=driver_id, pricing="throughput")
         stats.started_s = time.monotonic()
-        batch = BatchRun(args, writer, router, handles, stats, plan, config_fp)
+        batch = BatchRun(args, writer, decider, handles, stats, plan, config_fp)
         _run_until_signal(batch.run(read_rows(args.input, cfg.model.served_model_name), out))
         failure = batch.failure
     except ClusterUnavailable as e:

@@ -1,33 +1,40 @@
 """One batch run's rows through the pools: dispatch, retries, lines, and the stop at the first
 failed write (the driver around it: cluster/batch/job.py).
 
-Rows are taken in input order, at most `--max-in-flight` in flight; each is validated and routed as
-the ingress would (cluster/batch/router.py), sent to its pool's handle, retried while the pool is
+Rows are taken in input order, at most `--max-in-flight` in flight; each is validated and routed by
+the online router's `RouteDecider`, sent to its pool's handle, retried while the pool is
 unavailable, and its line handed to the `RowWriter` (completion or input order). A row counts in
 the stats once its line is written. The first failed write (or fsync) stops the run: nothing more
 is taken or sent, rows in flight are cancelled, and what is on disk is whole lines only.
+
+The decider prices the pools by throughput (`pricing="throughput"`, router/speedup.py
+`ThroughputSpeedup`, S = E[τ] · ΔR_s / ΔR_v): a batch job has no waiting user, so a row goes
+speculative when it adds more tokens per second to the whole job there. The batch pressure a job
+makes by design thus keeps the rows that gain most on the speculative path while that pool still
+adds throughput, and spills the others to the vanilla pool. The driver joins the application's
+StatsBoard as one more ingress (`RouteDecider.run`): the online router sees its rows in flight, and
+the acceptance counts and the runtime pin (`PUT /admin/policy`) are shared both ways; the board
+drops a driver's counts `STALE_AFTER_S` after it ends, as a stopped ingress replica's.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import json
-
-from ray.llm._internal.serve.core.configs.openai_api_models import ErrorResponse
-from ray.llm._internal.serve.core.ingress.utils import _sanitize_chat_completion_request
 
 from cluster.batch.output import OutputFailed, OutputFile
 from cluster.batch.records import error_record, response_record
 from cluster.batch.resume import ResumePlan
-from cluster.batch.router import BatchRouter
 from cluster.batch.rows import BatchRow, Endpoint, RowError
 from cluster.batch.summary import BatchStats, progress_line
 from cluster.batch.writer import RowWriter
-from router.decider import route_headers
+from core.ray_private import ErrorResponse, sanitize_chat_completion_request
+from router.decider import RouteDecider, route_headers
 from router.errors import RequestError, error_response
-from router.policy import Decision, RequestFeatures, Unroutable
+from router.policy import RequestFeatures, RouteDecision, Unroutable
 
 RETRY_BACKOFF_S = 2.0
 STATS_WAIT_S = 5.0  # for the first StatsBoard snapshot and router state before routing rows
@@ -44,16 +51,17 @@ class BatchRun:
     Args:
         args: the parsed flags.
         writer: where finished rows' lines go (completion or input order).
-        router: the route decisions.
+        decider: the route decisions, priced by throughput (`RouteDecider(..., generation=None,
+            pricing="throughput")`: it follows the newest build's pin and never writes one).
         handles: streaming handle of each pool.
         stats: the run's counts (a row counts once its line is written).
         plan: what the output already holds (`plan_resume`).
         config_fp: this run's config fingerprint, recorded on each line.
     """
 
-    def __init__(self, args: argparse.Namespace, writer: RowWriter, router: BatchRouter,
+    def __init__(self, args: argparse.Namespace, writer: RowWriter, decider: RouteDecider,
                  handles: dict, stats: BatchStats, plan: ResumePlan, config_fp: str):
-        self._args, self._writer, self._router, self._handles = args, writer, router, handles
+        self._args, self._writer, self._decider, self._handles = args, writer, decider, handles
         self._stats, self._plan, self._config_fp = stats, plan, config_fp
         self._failures_logged = 0
         self._main: asyncio.Task | None = None
@@ -66,11 +74,19 @@ class BatchRun:
         self._main = asyncio.current_task()
         slots = asyncio.Semaphore(self._args.max_in_flight)
         tasks: set[asyncio.Task] = set()
-        background = [asyncio.create_task(self._router.run()),
+        snapshot_seen, state_seen = asyncio.Event(), asyncio.Event()
+        if self._decider.board is None:
+            state_seen.set()
+        background = [asyncio.create_task(self._decider.run(on_snapshot=snapshot_seen.set,
+                                                            on_state=state_seen.set)),
                       asyncio.create_task(self._progress()),
                       asyncio.create_task(self._sync(out))]
         try:
-            await self._router.wait_for_stats(STATS_WAIT_S)
+            # Rows routed before the first StatsBoard snapshot (the pools' step-time profiles)
+            # and router state (the runtime pin, shared acceptance) would see neither.
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.gather(snapshot_seen.wait(), state_seen.wait()),
+                                       STATS_WAIT_S)
             for row in rows:
                 if self.failure:
                     break
@@ -100,7 +116,7 @@ class BatchRun:
                 task.cancel()
             await asyncio.gather(*tasks, *background, return_exceptions=True)
             self._stats.unfinished = self._writer.taken - self._writer.written
-            log(progress_line(self._stats, self._router.in_flight()))
+            log(progress_line(self._stats, self._decider.pressure.local_in_flight_all()))
 
     def _stop(self, failure: OutputFailed) -> None:
         """The first failed write ends the run: nothing more is written or sent to a pool."""
@@ -142,27 +158,27 @@ class BatchRun:
         """(record, what to count once it is written) of one row; None: no answer (left for a
         re-run)."""
         try:
-            prompt_len = self._router.validate(row.body)  # the ingress's checks: same 400s
-            features, decision = self._router.decide(row.body, prompt_len)
+            prompt_len = self._decider.validate(row.body)  # the ingress's checks: same 400s
+            features, decision = self._decider.decide(row.body, prompt_len=prompt_len)
         except RequestError as e:  # an invalid field, or `route`: 400, as online
             return self._answer(row, e.status, _error_body(e.status, e.message, e.param))
         except Unroutable as e:  # no pool the application runs may take it: 400, as online
             return self._answer(row, 400, _error_body(400, str(e), e.param))
         route = decision.route
-        self._router.start(route)
+        self._decider.pressure.start(route)
         try:
             answer = await self._call(route, row)
         finally:
-            self._router.finish(route)
+            self._decider.pressure.finish(route)
         if answer is None:
             return None
         status, body = answer
         if route == "speculative" and status < 400:
-            self._router.learn(features, body)
+            self._decider.learn(features, body)
         return self._answer(row, status, body, features, decision)
 
     def _answer(self, row: BatchRow, status: int, body: dict,
-                features: RequestFeatures | None = None, decision: Decision | None = None):
+                features: RequestFeatures | None = None, decision: RouteDecision | None = None):
         routed = features is not None and decision is not None
         headers = route_headers(features, decision) if routed else {}
         record = response_record(row, status, body, headers, self._config_fp)
@@ -174,7 +190,7 @@ class BatchRun:
         """(status, body) from the pool, retrying an unavailable pool; None: gave up."""
         body = row.body
         if row.endpoint is Endpoint.CHAT:
-            body = _sanitize_chat_completion_request(body)
+            body = sanitize_chat_completion_request(body)
         for attempt in range(self._args.max_retries + 1):
             if attempt:
                 await asyncio.sleep(RETRY_BACKOFF_S * 2 ** (attempt - 1))
@@ -208,7 +224,7 @@ class BatchRun:
     async def _progress(self) -> None:
         while True:
             await asyncio.sleep(self._args.progress_interval_s)
-            log(progress_line(self._stats, self._router.in_flight()))
+            log(progress_line(self._stats, self._decider.pressure.local_in_flight_all()))
 
     async def _sync(self, out: OutputFile) -> None:
         """fsyncs each line within a second even when no further row finishes."""

@@ -20,9 +20,8 @@ import shlex
 import time
 from pathlib import Path
 
-from ray.dashboard.modules.job.common import JobStatus
 from ray.exceptions import AuthenticationError
-from ray.job_submission import JobSubmissionClient
+from ray.job_submission import JobStatus, JobSubmissionClient
 
 from cluster.batch.app import RETRY_PERIOD_S
 from cluster.batch.run import log

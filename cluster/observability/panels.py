@@ -8,7 +8,7 @@ Series come from three exporters, with the same names on CPU and GPU:
 - `ray_vllm_*`: vLLM's own metrics through Ray's metrics export (deployments/engine_metrics.py),
   labelled with the Serve `deployment` (the pool) besides vLLM's labels;
 - `ray_serve_*`, `ray_specserve_*`: Ray Serve's metrics and the autoscaling policy's
-  (deployments/autoscaler.py), through Ray's metrics export, labelled `deployment` / `pool`.
+  (autoscaling/controller.py), through Ray's metrics export, labelled `deployment` / `pool`.
 
 Expressions use Grafana's `$__rate_interval` and the dashboard variable `$task`;
 `evaluable(expr, window)` substitutes both for a plain Prometheus query.
@@ -178,7 +178,7 @@ ROWS: tuple[Row, ...] = (
                Query(f'max by (deployment) (ray_serve_autoscaling_target_replicas'
                      f'{{deployment=~"{POOLS_RE}"}})', "{{deployment}} target")), main=True),
         Panel("autoscaler_decisions", "Autoscaler decisions",
-              "Changes of a pool's target or reason (deployments/autoscaling.py), per interval.",
+              "Changes of a pool's target or reason (autoscaling/rules.py), per interval.",
               "short", (Query(f"sum by (pool, action, reason) "
                               f"(increase(ray_specserve_autoscaling_decisions_total[{RATE}]))",
                               "{{pool}} {{action}} · {{reason}}"),), bars=True,

@@ -3,7 +3,7 @@
 A ramp of streaming requests scales the vanilla pool from 1 to 2 replicas; when traffic stops
 (the last requests were long streams, ../shared/cases #8) it returns to 1 within the downscale
 delay. The policy is shown to be invoked: its call count and decision events, with reasons, are
-read from the application's StatsBoard (deployments/autoscaler.py). The replica timeline is
+read from the application's StatsBoard (autoscaling/controller.py). The replica timeline is
 printed (run with -s). Do not run next to tests/session_app.py's session app: it starts and stops
 its own cluster (run it alone, under the heavy lock).
 """
@@ -128,7 +128,7 @@ def test_ramp_scales_up_and_drain_after_streams_scales_down(live):
     from ray import serve  # noqa: F401 (the cluster is the fixture's)
     import ray
 
-    from core import get_board
+    from router.board import get_board
 
     base, cfg = live
     stop, done, errors = threading.Event(), [], []

@@ -160,7 +160,7 @@ def test_a_board_restart_neither_cancels_a_request_nor_loses_the_pin(client):
 
     import ray
 
-    from core import get_board
+    from router.board import get_board
 
     assert until(lambda: _running("vanilla") == 1, WAKE_S)
     assert client.put("/admin/policy", json={"pin": "vanilla"}).status_code == 200

@@ -61,7 +61,7 @@ class _Cluster:
 
     def __init__(self, ray_cluster, workers: dict):
         self.ray = ray_cluster
-        self.workers = workers  # pool -> ray._private.node.Node
+        self.workers = workers  # pool -> the node `ray.cluster_utils.Cluster.add_node` returned
         self.engine_pids: set[int] = set()
 
     def add_worker(self, pool: str):
@@ -140,9 +140,9 @@ def client(cluster):
 
 def _placement() -> dict[str, list[str]]:
     """Deployment -> node ids of its RUNNING replicas (Serve's replica details)."""
-    from ray.serve.context import _get_global_client
+    from core.ray_private import get_global_client
 
-    app = _get_global_client().get_serve_details()["applications"][APP]
+    app = get_global_client().get_serve_details()["applications"][APP]
     return {name: [r["node_id"] for r in d["replicas"] if r["state"] == "RUNNING"]
             for name, d in app["deployments"].items()}
 

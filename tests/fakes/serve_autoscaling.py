@@ -1,6 +1,6 @@
 """Stand-ins for what Ray Serve's controller hands an application autoscaling policy: a
 `DeploymentID` and an `AutoscalingContext`, with only the attributes specserve's adapter
-(deployments/autoscaler.py) reads, so its mapping can be scripted without a Serve controller."""
+(autoscaling/controller.py) reads, so its mapping can be scripted without a Serve controller."""
 
 from __future__ import annotations
 

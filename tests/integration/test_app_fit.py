@@ -62,7 +62,7 @@ OPTIONS_PROBE = """
 import json
 from core import DEFAULT_CONFIG_PATH, SpecserveConfig
 from deployments.pools import llm_config
-from ray.llm._internal.serve.core.server.llm_server import LLMServer
+from ray.serve.llm.deployment import LLMServer
 cfg = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH)
 opts = LLMServer.get_deployment_options(llm_config(cfg.model, cfg.speculative))
 print(json.dumps(opts["placement_group_bundles"]))

@@ -8,8 +8,9 @@ import asyncio
 import pytest
 
 from core import STALE_AFTER_S, PoolStats, RouterConfig
+from router.policy import (PoolLoad, RequestFeatures, RouteDecision, admit, choose_route,
+                           refusal)
 from router.pool_view import PoolHealth, PoolLost, await_unless_gone
-from router.policy import Decision, PoolLoad, RequestFeatures, admit, choose_route, refusal
 
 CAP = 4
 
@@ -20,28 +21,30 @@ def _pools(spec_in_flight=0, van_in_flight=0, spec_up=True, van_up=True, spec_re
 
 
 @pytest.mark.parametrize("decision, pools, expected", [
-    (Decision("speculative", "task_gains"), _pools(3), Decision("speculative", "task_gains")),
-    (Decision("speculative", "task_gains"), _pools(4), Decision("vanilla", "pool_saturated")),
-    (Decision("speculative", "task_gains"), _pools(4, spec_replicas=2),
-     Decision("speculative", "task_gains")),             # the bound scales with live replicas
-    (Decision("speculative", "task_gains"), _pools(4, 4), None),
-    (Decision("speculative", "requested"), _pools(4), None),  # a forced pool does not overflow
-    (Decision("vanilla", "speculation_costs"), _pools(0, 4, spec_up=False), None),
+    (RouteDecision("speculative", "task_gains"), _pools(3),
+     RouteDecision("speculative", "task_gains")),
+    (RouteDecision("speculative", "task_gains"), _pools(4),
+     RouteDecision("vanilla", "pool_saturated")),
+    (RouteDecision("speculative", "task_gains"), _pools(4, spec_replicas=2),
+     RouteDecision("speculative", "task_gains")),             # the bound scales with live replicas
+    (RouteDecision("speculative", "task_gains"), _pools(4, 4), None),
+    (RouteDecision("speculative", "requested"), _pools(4), None),  # a forced pool does not overflow
+    (RouteDecision("vanilla", "speculation_costs"), _pools(0, 4, spec_up=False), None),
 ])
 def test_admit(decision, pools, expected):
     assert admit(decision, pools, CAP) == expected
 
 
 @pytest.mark.parametrize("sequences, pools, expected", [
-    (4, _pools(0), Decision("speculative", "task_gains")),    # 4 of 4 fits an empty pool
-    (2, _pools(2), Decision("speculative", "task_gains")),
-    (3, _pools(2), Decision("vanilla", "pool_saturated")),    # 2 + 3 > 4: the other pool
+    (4, _pools(0), RouteDecision("speculative", "task_gains")),    # 4 of 4 fits an empty pool
+    (2, _pools(2), RouteDecision("speculative", "task_gains")),
+    (3, _pools(2), RouteDecision("vanilla", "pool_saturated")),    # 2 + 3 > 4: the other pool
     (3, _pools(2, 2), None),                                  # room for 2 anywhere, not 3
     (5, _pools(0, 0), None),                                  # above any pool's bound
-    (6, _pools(2, spec_replicas=2), Decision("speculative", "task_gains")),  # 2 + 6 <= 4 x 2
+    (6, _pools(2, spec_replicas=2), RouteDecision("speculative", "task_gains")),  # 2 + 6 <= 4 x 2
 ])
 def test_admit_counts_sequences(sequences, pools, expected):
-    assert admit(Decision("speculative", "task_gains"), pools, CAP, sequences) == expected
+    assert admit(RouteDecision("speculative", "task_gains"), pools, CAP, sequences) == expected
 
 
 @pytest.mark.parametrize("req, pools, expected", [
@@ -147,7 +150,7 @@ def test_cancelling_the_caller_cancels_the_request():
     asyncio.run(run())
 
 
-VANILLA_ONLY = Decision("vanilla", "unsupported_option", eligible=("vanilla",))
+VANILLA_ONLY = RouteDecision("vanilla", "unsupported_option", eligible=("vanilla",))
 
 
 @pytest.mark.parametrize("pools, status", [
@@ -161,9 +164,9 @@ def test_a_vanilla_only_request_is_refused_rather_than_moved(pools, status):
 
 
 @pytest.mark.parametrize("decision, pools, status", [
-    (Decision("speculative", "task_gains"), _pools(4, 4), 429),          # both full
-    (Decision("speculative", "requested"), _pools(4, 0), 429),           # a forced full pool
-    (Decision("speculative", "requested"), _pools(0, 0, spec_up=False, van_up=False), 503),
+    (RouteDecision("speculative", "task_gains"), _pools(4, 4), 429),          # both full
+    (RouteDecision("speculative", "requested"), _pools(4, 0), 429),           # a forced full pool
+    (RouteDecision("speculative", "requested"), _pools(0, 0, spec_up=False, van_up=False), 503),
 ])
 def test_refusal_status(decision, pools, status):
     assert refusal(decision, pools)[0] == status

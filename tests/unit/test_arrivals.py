@@ -1,17 +1,18 @@
 """Offered load per request class (core/arrivals.py): the routers' cumulative counts and the
 rates the StatsBoard makes of them for the budget split; and the Serve adapter's use of them
-(deployments/autoscaler.py `PoolAutoscaler.with_inputs`)."""
+(autoscaling/controller.py `PoolAutoscaler.with_inputs`)."""
 
 from __future__ import annotations
 
 import pytest
 from ray.serve.llm.openai_api_models import CompletionRequest
 
+from autoscaling.controller import PoolAutoscaler
+from autoscaling.decision import PoolView
+from autoscaling.rules import decide
 from bench.sim_profiles import GPU
 from core import DEFAULT_CONFIG_PATH, AutoscalingConfig, PoolScalingConfig, SpecserveConfig
 from core.arrivals import ArrivalCounter, class_key, offered_load
-from deployments.autoscaler import PoolAutoscaler
-from deployments.autoscaling import PoolView, decide
 from router.decider import RouteDecider
 from router.policy import PoolLoad
 

@@ -1,15 +1,17 @@
-"""The autoscaling policy as a pure function (deployments/autoscaling.py) and its Serve adapter on
+"""The autoscaling policy as a pure function (autoscaling/rules.py) and its Serve adapter on
 scripted contexts: decision tables, missing metrics, budget caps, delays."""
 
 from __future__ import annotations
 
 import pytest
 
+from autoscaling.controller import PoolAutoscaler, pool_view
+from autoscaling.decision import PoolView
+from autoscaling.rules import decide
 from core import (DEFAULT_CONFIG_PATH, AutoscalingConfig, ConfigError, PoolScalingConfig,
                   SpecserveConfig)
-from deployments.autoscaler import MEMORY_BOUND_METRIC, WAITING_METRIC, PoolAutoscaler, pool_view
+from core.stats import MEMORY_BOUND_METRIC, WAITING_METRIC
 from deployments.app import pool_deployment_config
-from deployments.autoscaling import PoolView, decide
 from fakes.serve_autoscaling import FakeContext, FakeDeploymentId
 
 CFG = AutoscalingConfig(enabled=True, budget_accelerators=6, upscale_delay_s=0,

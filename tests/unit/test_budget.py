@@ -1,4 +1,4 @@
-"""The budget split (deployments/goodput.py, split.py, budget.py) through the pure `decide` that
+"""The budget split (autoscaling/goodput.py, split.py, budget.py) through the pure `decide` that
 Serve's controller and the simulator call, with the TP=4 A100 EAGLE-3 curves of the simulator."""
 
 from __future__ import annotations
@@ -7,11 +7,12 @@ import random
 
 import pytest
 
+from autoscaling.decision import PoolView
+from autoscaling.goodput import Load, PoolCurve, forecast_all
+from autoscaling.rules import decide
+from autoscaling.split import choose_split
 from bench.sim_profiles import GAINING_TASKS, GPU
 from core import AutoscalingConfig, PoolScalingConfig
-from deployments.autoscaling import PoolView, decide
-from deployments.goodput import Load, PoolCurve, forecast_all
-from deployments.split import choose_split
 
 TP, BUDGET = 4, 64
 POOL = PoolScalingConfig(min_replicas=0, max_replicas=16)

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
-from core import DEFAULT_CONFIG_PATH, STALE_AFTER_S, EngineStats, SpecserveConfig, StatsBoard
+from core import DEFAULT_CONFIG_PATH, STALE_AFTER_S, EngineStats, SpecserveConfig
 from fakes.actor_handle import FakeBoardHandle
+from router.board import StatsBoard
 from router.decider import RouteDecider
 
 Board = StatsBoard.__ray_actor_class__  # the actor's class, without Ray
@@ -23,7 +24,7 @@ def test_a_pin_holds_for_its_application_build_only():
 
 def test_a_batch_driver_takes_the_pin_of_the_newest_live_build(monkeypatch):
     now = [100.0]
-    monkeypatch.setattr("core.board.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("router.board.time.monotonic", lambda: now[0])
     board = Board()
     board.set_pin("vanilla", "build-1")
     assert board.router_state("driver", None).pin is None  # no ingress has read the board yet

@@ -4,7 +4,7 @@ Ray Serve calls an application's `autoscaling_policy` every control-loop tick (0
 `AutoscalingContext` per autoscaled deployment, here both pools, and applies the returned replica
 counts (after each deployment's min/max; specserve sets Serve's own delays to 0 and keeps its
 delays in the policy). This class only translates: contexts → `PoolView`s → the pure
-`deployments.autoscaling.decide` → replica counts. It is a class so that Serve instantiates it
+`autoscaling.rules.decide` → replica counts. It is a class so that Serve instantiates it
 once with `policy_kwargs` (the JSON config) and its recorder lives across ticks.
 
 Replicas report `waiting`, `busy` and `memory_bound` through `record_autoscaling_stats`
@@ -35,15 +35,16 @@ import time
 import ray
 from ray.util.metrics import Counter, Gauge
 
-from core import AutoscalingConfig, get_board
-from deployments.autoscaling import Decision, PoolView, decide
-from deployments.goodput import Load
+from autoscaling.decision import PoolView, ScalingDecision
+from autoscaling.goodput import Load
+from autoscaling.rules import decide
+from core import AutoscalingConfig
+from core.specdecode import MIN_SPEEDUP
+from core.stats import BUSY_METRIC, MEMORY_BOUND_METRIC, WAITING_METRIC
+from router.board import get_board
 
 logger = logging.getLogger("ray.serve")
 
-WAITING_METRIC = "specserve_waiting"  # requests waiting in the replica's engine
-BUSY_METRIC = "specserve_busy"  # 1.0: the engine produced output since the last report
-MEMORY_BOUND_METRIC = "specserve_memory_bound"  # memory-bound fraction, 0..1
 _STATE_KEY = "specserve"
 _BOARD_PERIOD_S = 1.0
 _INPUTS_STALE_S = 10.0  # an answer of the board older than this is not used
@@ -83,7 +84,7 @@ class PoolAutoscaler:
     """
 
     def __init__(self, config: dict, tensor_parallel_size: dict[str, int],
-                 max_num_seqs: dict[str, int] | None = None, min_speedup: float = 1.1):
+                 max_num_seqs: dict[str, int] | None = None, min_speedup: float = MIN_SPEEDUP):
         self._cfg = AutoscalingConfig.model_validate(config)
         self._tp = dict(tensor_parallel_size)
         self._max_num_seqs = dict(max_num_seqs or {})
@@ -162,7 +163,7 @@ class PoolAutoscaler:
             self._board = get_board(next(iter(contexts)).app_name)
         return self._board
 
-    def _record(self, decisions: dict[str, Decision], views: dict[str, PoolView],
+    def _record(self, decisions: dict[str, ScalingDecision], views: dict[str, PoolView],
                 contexts: dict) -> None:
         for pool, d in decisions.items():
             key = (d.replicas, d.reason if not d.pending else f"{d.reason}:pending")
@@ -186,7 +187,7 @@ class PoolAutoscaler:
             self._gauge(views)
             self._publish(contexts)
 
-    def _count(self, pool: str, d: Decision) -> None:
+    def _count(self, pool: str, d: ScalingDecision) -> None:
         try:
             if self._counter is None:
                 self._counter = Counter("specserve_autoscaling_decisions_total",

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from core import expected_tokens
+from core.specdecode import expected_tokens
 
 Schedule = list[tuple[int, int, int]]  # vLLM's entries: (first batch, last batch, γ), inclusive
 
@@ -115,19 +115,3 @@ def draft_length_at(schedule: Schedule, batch: int) -> int:
         if first <= batch <= last:
             return g
     return schedule[-1][2]
-
-
-def schedule_gain(current: Schedule, derived: Schedule, alphas: Sequence[float],
-                  step_s: Mapping[int, Mapping[int, float]]) -> float:
-    """Largest relative gain in token rate of `derived` over `current` at a profiled batch size:
-    max_B rate(derived, B) / rate(current, B) − 1, with rate = E[τ(γ)] / T_s(B, γ). The
-    autoscaler rolls the pool to `derived` only when this exceeds its hysteresis band. Batch sizes
-    where either schedule's γ was not profiled are skipped (nothing to compare).
-    """
-    gains = []
-    for b, times in step_s.items():
-        new, old = draft_length_at(derived, b), draft_length_at(current, b)
-        if new in times and old in times:
-            gains.append(expected_tokens(alphas[:new]) / times[new]
-                         / (expected_tokens(alphas[:old]) / times[old]) - 1)
-    return max(gains, default=0.0)

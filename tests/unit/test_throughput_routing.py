@@ -1,5 +1,6 @@
-"""Batch routing in throughput mode (cluster/batch/router.py): the online policy fed with marginal
-step times, under the batch pressure a job creates."""
+"""Routing in throughput mode, as a batch job routes its rows (`RouteDecider(...,
+pricing="throughput")`, router/speedup.py): the online policy fed with marginal step times, under
+the batch pressure a job creates."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import math
 import pytest
 from ray.serve.llm.openai_api_models import CompletionRequest
 
-from cluster.batch.router import BatchRouter
 from core import DEFAULT_CONFIG_PATH, PoolStats, SpecserveConfig
+from router.decider import RouteDecider
 from router.speedup import marginal_step_s
 
 # Step seconds per running batch, shaped like DESIGN.md §3's 70 M-param CPU measurements: the
@@ -48,11 +49,12 @@ def test_queued_sequences_add_nothing_and_replicas_add_capacity():
         marginal_step_s(VANILLA, 7, 1, 128), rel=0.2)
 
 
-def router(max_num_seqs: int = 128) -> BatchRouter:
+def router(max_num_seqs: int = 128) -> RouteDecider:
     data = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH).model_dump(mode="json")
     for pool in ("vanilla", "speculative"):
         data[pool]["max_num_seqs"] = max_num_seqs
-    r = BatchRouter(SpecserveConfig.from_dict(data), ["speculative", "vanilla"], None, "test")
+    r = RouteDecider(SpecserveConfig.from_dict(data), ["speculative", "vanilla"], generation=None,
+                     replica_id="test", pricing="throughput")  # as cluster/batch/job.py builds it
     r.speedup_model.update_pools({"vanilla": PoolStats(replicas=1, profile=VANILLA),
                               "speculative": PoolStats(replicas=1, profile=SPECULATIVE)})
     # measured acceptance: code accepts most drafts (α ≈ 0.85), chat few (α ≈ 0.2)
@@ -62,12 +64,12 @@ def router(max_num_seqs: int = 128) -> BatchRouter:
     return r
 
 
-def dispatch(r: BatchRouter, prompt: str, rows: int) -> list:
+def dispatch(r: RouteDecider, prompt: str, rows: int) -> list:
     """Routes `rows` requests that all stay in flight (a batch job's window filling up)."""
     decisions = []
     for _ in range(rows):
         _, d = r.decide(CompletionRequest(model="specserve-tiny", prompt=prompt, temperature=0))
-        r.start(d.route)
+        r.pressure.start(d.route)
         decisions.append(d)
     return decisions
 
@@ -103,7 +105,7 @@ def test_in_a_mixed_file_the_speculative_path_goes_to_the_rows_that_gain_most():
 def test_both_pools_saturated_falls_back_to_online_step_times():
     r = router(max_num_seqs=4)
     for route in ("vanilla", "speculative") * 4:
-        r.start(route)
+        r.pressure.start(route)
     loads = r.loads()
     assert loads["vanilla"].in_flight == loads["speculative"].in_flight == 4
     step_s = r.speedup_model.pool_step_s(loads)
@@ -114,8 +116,8 @@ def test_both_pools_saturated_falls_back_to_online_step_times():
 def test_finished_rows_free_their_pool():
     r = router()
     dispatch(r, CODE, 3)
-    assert sum(r.in_flight().values()) == 3
-    for route, n in r.in_flight().items():
+    assert sum(r.pressure.local_in_flight_all().values()) == 3
+    for route, n in r.pressure.local_in_flight_all().items():
         for _ in range(n):
-            r.finish(route)
-    assert r.in_flight() == {"speculative": 0, "vanilla": 0}
+            r.pressure.finish(route)
+    assert r.pressure.local_in_flight_all() == {"speculative": 0, "vanilla": 0}

@@ -1,7 +1,7 @@
 """The budget's split between the two pools, chosen by predicted goodput: `choose_split(...)`.
 
 Every split (n_v, n_s) within the pools' bounds with n_v·tp_v + n_s·tp_s ≤ budget_accelerators
-is forecast (deployments/goodput.py) at the planned load, the observed load × (1 + headroom).
+is forecast (autoscaling/goodput.py) at the planned load, the observed load × (1 + headroom).
 With C the current split, F(·) a forecast and "serves" = the whole planned load within the TPOT
 SLO (a predicted mean TPOT ≤ slo_tpot_ms / tpot_spread: requests spread above the mean):
 
@@ -25,8 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
+from autoscaling.goodput import Forecast, Load, PoolCurve, forecast_all
 from core import AutoscalingConfig
-from deployments.goodput import Forecast, Load, PoolCurve, forecast_all
+from core.specdecode import MIN_SPEEDUP
 
 POOLS = ("vanilla", "speculative")
 
@@ -77,7 +78,7 @@ def candidate_splits(cfg: AutoscalingConfig, tp: Mapping[str, int]) -> list[tupl
 
 def choose_split(current: tuple[int, int], loads: list[Load], curves: Mapping[str, PoolCurve],
                  tp: Mapping[str, int], cfg: AutoscalingConfig, start_s: Mapping[str, float],
-                 min_speedup: float = 1.1) -> SplitChoice:
+                 min_speedup: float = MIN_SPEEDUP) -> SplitChoice:
     """The split to run for the observed `loads` (module table).
 
     Args:

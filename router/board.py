@@ -52,7 +52,7 @@ class StatsBoard:
         self._acceptance: dict[str, tuple[float, dict]] = {}  # ingress id -> (t, its counts)
         self._pin: tuple[str, str | None] = ("", None)  # (generation, runtime pin); None: config's
         self._builds: dict[str, tuple[float, float]] = {}  # generation -> (first, last) read
-        self._autoscaler: dict = {"calls": 0, "events": []}  # deployments/autoscaler.py
+        self._autoscaler: dict = {"calls": 0, "events": []}  # autoscaling/controller.py
         # router id -> (its start, [(t, cumulative arrival counts)]), this board's wall clock
         self._arrivals: dict[str, tuple[float, list[tuple[float, ArrivalCounts]]]] = {}
         # pool -> step times as a request lives them (profile + samples), kept at 0 replicas
@@ -108,7 +108,7 @@ class StatsBoard:
 
     def autoscaling_inputs(self, window_s: float, max_num_seqs: dict[str, int] | None = None
                            ) -> dict:
-        """What the budget split needs (deployments/autoscaler.py):
+        """What the budget split needs (autoscaling/controller.py):
         {"demand": `core.arrivals.offered_load` over `window_s`, or None before any router
         reported; "step_times": {pool: {batch: seconds per step as a request lives it}}, the
         router's model (`StepTimeModel.points`: the replicas' startup profiles, then their

@@ -1,13 +1,13 @@
-"""core.draft_length: vLLM's num_speculative_tokens_per_batch_size from acceptance and step
+"""bench.draft_schedule: vLLM's num_speculative_tokens_per_batch_size from acceptance and step
 times (pure)."""
 
 from __future__ import annotations
 
 import pytest
 
+from bench.draft_schedule import (best_draft_length, draft_length_at, draft_length_schedule,
+                                  smooth_step_times)
 from core import SpeculatorConfig, expected_tokens
-from core.draft_length import (best_draft_length, draft_length_at, draft_length_schedule,
-                                 schedule_gain, smooth_step_times)
 
 ALPHAS = [0.9, 0.8, 0.7, 0.6]
 
@@ -46,16 +46,9 @@ def test_schedule_shrinks_gamma_as_batches_grow_and_vllm_accepts_it():
                      num_speculative_tokens_per_batch_size=schedule)
 
 
-def test_lookup_and_gain_for_the_hysteresis_band():
+def test_lookup_carries_the_last_entry_on():
     schedule = [(1, 15, 4), (16, 63, 2), (64, 64, 0)]
     assert [draft_length_at(schedule, b) for b in (1, 15, 16, 64, 256)] == [4, 4, 2, 0, 0]
-    step_s = {1: _times(1.0, 0.05), 64: _times(1.0, 2.0)}
-    derived = draft_length_schedule(ALPHAS, step_s)
-    fixed_k4 = [(1, 64, 4)]
-    gain = schedule_gain(fixed_k4, derived, ALPHAS, step_s)
-    # At 64, k = 4 costs 9 s for E[τ] ≈ 3.0 tokens; off costs 1 s for 1 token.
-    assert gain == pytest.approx(1.0 / (expected_tokens(ALPHAS) / 9.0) - 1)
-    assert schedule_gain(derived, derived, ALPHAS, step_s) == 0.0
 
 
 def test_bad_inputs_name_the_field():

@@ -1,5 +1,6 @@
-"""What the autoscaling policy sees of a pool (`PoolView`) and answers for it (`Decision`), shared
-by the per-pool rules (deployments/autoscaling.py) and the budget split (deployments/budget.py)."""
+"""What the autoscaling policy sees of a pool (`PoolView`) and answers for it
+(`ScalingDecision`), shared by the per-pool rules (autoscaling/rules.py) and the budget split
+(autoscaling/budget.py)."""
 
 from __future__ import annotations
 
@@ -39,13 +40,13 @@ class PoolView:
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class ScalingDecision:
     """The policy's answer for one pool.
 
     Attributes:
         replicas: the target to run now (the old target while a change waits out its delay).
         wanted: the size the pool should have after bounds and budget.
-        reason: why `wanted` (the tables of deployments/autoscaling.py and deployments/split.py).
+        reason: why `wanted` (the tables of autoscaling/rules.py and autoscaling/split.py).
         previous: the target before this decision.
         pending: a change is wanted but its delay has not passed.
         gain: the budget split's predicted effect (`SplitChoice.gain`); None under the

@@ -1,6 +1,6 @@
 """Predicted goodput of splits of the budget: `forecast_all(splits, loads, curves, slo_tpot_s, ...)`.
 
-The budget policy (deployments/split.py) compares splits (n_vanilla, n_speculative) with this
+The budget policy (autoscaling/split.py) compares splits (n_vanilla, n_speculative) with this
 fluid model, built from what the router uses: each pool's step-time model (core/step_time.py
 `StepTimeModel`: seconds per decode step as a request lives it with N requests in one replica's
 engine, queueing beyond max_num_seqs included) and E[τ] per request class (core/acceptance.py).
@@ -23,8 +23,8 @@ being the tokens/s its replicas carry while its slowest class (lowest E[τ]) mee
 T(N) / E[τ]_min ≤ slo_tpot_s (`PoolCurve.capacity`). Past capacity a live pool misses for every
 request of the class (replicas share its load evenly), so this counts what the split could serve
 within the SLO, not what a saturated pool does: it ranks splits none of which serves the whole
-load by how much of it each could (an all-or-nothing count ranks them all 0, and the simulator's
-policy then moved replicas mid-burst for nothing, bench/results/2026-12-02-autoscale-sim-sweep).
+load by how much of it each could (an all-or-nothing count would rank them all 0, and give the
+policy no reason to prefer one).
 `sufficient` means the whole demand is served within the SLO.
 """
 
@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from core import StepTimeModel
+from core.specdecode import MIN_SPEEDUP, batched_speedup
 
 SHARES = 20  # grid steps of the speculative share f in [0, 1]
 UNSERVED_TPOT_S = 1000.0  # TPOT counted for tokens a pool cannot serve at all
@@ -153,7 +154,7 @@ def _spec_part(loads: list[Load], share: float) -> tuple[float, float, float]:
 
 def forecast_all(splits: list[tuple[int, int]], loads: list[Load],
                  curves: Mapping[str, PoolCurve], slo_tpot_s: float,
-                 tensor_parallel_size: Mapping[str, int], min_speedup: float = 1.1,
+                 tensor_parallel_size: Mapping[str, int], min_speedup: float = MIN_SPEEDUP,
                  ) -> dict[tuple[int, int], Forecast]:
     """Forecast of every split in `splits` under `loads` (module doc).
 
@@ -211,7 +212,7 @@ def forecast_all(splits: list[tuple[int, int]], loads: list[Load],
         for i, (tokens, _, last) in enumerate(parts):
             good_v, tpot_v, step_v = pool(van, "v", n_v, i)
             good_s, tpot_s, step_s = pool(spec, "s", n_s, i)
-            if i > 0 and last * step_v < min_speedup * step_s:
+            if i > 0 and step_s > 0 and batched_speedup(last, step_v, step_s) < min_speedup:
                 break  # S of the last class sent fell below the router's threshold
             mean = ((demand - tokens) * tpot_v + tokens * tpot_s) / demand if demand else 0.0
             best = Forecast((n_v, n_s), acc, demand, good_v + good_s, mean, i / SHARES)

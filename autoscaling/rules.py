@@ -3,12 +3,12 @@ demand)`.
 
 Given the observed offered load per request class (`demand`) and both pools' step-time models
 (`PoolView.step_times`), the budget decides: the split (n_vanilla, n_speculative) with the best
-predicted goodput within the TPOT SLO (deployments/budget.py, deployments/split.py). Without them
+predicted goodput within the TPOT SLO (autoscaling/budget.py, autoscaling/split.py). Without them
 (no arrival rates wired yet, a pool never profiled) the per-pool rules below decide.
 
 Each call sees every pool (`PoolView`: replicas, requests in flight, engine queue, memory-bound
 fraction) and returns each pool's replica target with the reason, plus the state for the next call.
-No clock, no I/O: Ray Serve's controller calls it through `deployments.autoscaler.PoolAutoscaler`,
+No clock, no I/O: Ray Serve's controller calls it through `autoscaling.controller.PoolAutoscaler`,
 the trace simulator (`bench/autoscale_sim.py`) and the tests call it directly.
 
 Per pool, with n running replicas, load L = requests in flight / n, queue Q = engine-waiting / n,
@@ -40,12 +40,11 @@ from __future__ import annotations
 
 import math
 
+from autoscaling.budget import decide_budget
+from autoscaling.decision import PoolView, ScalingDecision
+from autoscaling.goodput import Load
 from core import AutoscalingConfig
-from deployments.budget import decide_budget
-from deployments.decision import Decision, PoolView
-from deployments.goodput import Load
-
-__all__ = ["Decision", "PoolView", "decide"]
+from core.specdecode import MIN_SPEEDUP
 
 POOLS = ("vanilla", "speculative")
 
@@ -100,8 +99,8 @@ def _fit_budget(wanted: dict[str, int], reasons: dict[str, str], views: dict[str
 
 
 def decide(views: dict[str, PoolView], cfg: AutoscalingConfig, state: dict, now: float,
-           demand: list[Load] | None = None, min_speedup: float = 1.1,
-           ) -> tuple[dict[str, Decision], dict]:
+           demand: list[Load] | None = None, min_speedup: float = MIN_SPEEDUP,
+           ) -> tuple[dict[str, ScalingDecision], dict]:
     """Replica targets of every pool in `views` (module doc), and the next state.
 
     Args:
@@ -111,11 +110,11 @@ def decide(views: dict[str, PoolView], cfg: AutoscalingConfig, state: dict, now:
             pool (Serve keeps each deployment's policy state apart).
         now: seconds on any monotonic clock, the same for every call.
         demand: the observed offered load per request class; with it, and both pools' step
-            times, the budget split decides (deployments/budget.py); None: the per-pool rules.
+            times, the budget split decides (autoscaling/budget.py); None: the per-pool rules.
         min_speedup: the router's threshold on S (router.min_speedup), for the split's routing.
 
     Returns:
-        ({pool: Decision}, new state).
+        ({pool: ScalingDecision}, new state).
     """
     if demand is not None and set(views) == set(POOLS) and all(
             v.step_times for v in views.values()):
@@ -140,7 +139,7 @@ def decide(views: dict[str, PoolView], cfg: AutoscalingConfig, state: dict, now:
     decisions, new_state = {}, {}
     for p, v in views.items():
         if wanted[p] == v.target:
-            decisions[p] = Decision(v.target, v.target, reasons[p], v.target)
+            decisions[p] = ScalingDecision(v.target, v.target, reasons[p], v.target)
             new_state[p] = {"reason": reasons[p]}
             continue
         direction = "up" if wanted[p] > v.target else "down"
@@ -150,9 +149,9 @@ def decide(views: dict[str, PoolView], cfg: AutoscalingConfig, state: dict, now:
         prev = state.get(p, {})
         since = prev["since"] if prev.get("direction") == direction else now
         if now - since >= delay:
-            decisions[p] = Decision(wanted[p], wanted[p], reasons[p], v.target)
+            decisions[p] = ScalingDecision(wanted[p], wanted[p], reasons[p], v.target)
             new_state[p] = {"reason": reasons[p]}
         else:
-            decisions[p] = Decision(v.target, wanted[p], reasons[p], v.target, pending=True)
+            decisions[p] = ScalingDecision(v.target, wanted[p], reasons[p], v.target, pending=True)
             new_state[p] = {"reason": reasons[p], "direction": direction, "since": since}
     return decisions, new_state

@@ -1,5 +1,5 @@
 """Both pools sized as one split of the accelerator budget: `decide_budget(views, demand, cfg,
-state, now)`, what `deployments.autoscaling.decide` runs once arrival rates and step times are
+state, now)`, what `autoscaling.rules.decide` runs once arrival rates and step times are
 known.
 
 Each tick, in order:
@@ -19,10 +19,11 @@ State: one JSON dict per pool (Serve keeps each deployment's policy state apart)
 
 from __future__ import annotations
 
+from autoscaling.decision import PoolView, ScalingDecision
+from autoscaling.goodput import Load, PoolCurve
+from autoscaling.split import POOLS, choose_split
 from core import AutoscalingConfig
-from deployments.decision import Decision, PoolView
-from deployments.goodput import Load, PoolCurve
-from deployments.split import POOLS, choose_split
+from core.specdecode import MIN_SPEEDUP
 
 START_WEIGHT = 0.5  # weight of a new start-time measurement in a pool's EWMA
 
@@ -61,8 +62,8 @@ def _wake(views: dict[str, PoolView], cfg: AutoscalingConfig) -> dict[str, int] 
 
 
 def decide_budget(views: dict[str, PoolView], demand: list[Load], cfg: AutoscalingConfig,
-                  state: dict, now: float, min_speedup: float = 1.1,
-                  ) -> tuple[dict[str, Decision], dict]:
+                  state: dict, now: float, min_speedup: float = MIN_SPEEDUP,
+                  ) -> tuple[dict[str, ScalingDecision], dict]:
     """Replica targets of both pools (module table), and the next state.
 
     Args:
@@ -84,7 +85,7 @@ def decide_budget(views: dict[str, PoolView], demand: list[Load], cfg: Autoscali
                 st[p].pop("plan", None)
                 if run[p] > targets[p]:
                     st[p]["starting"] = {"since": now, "to": run[p]}
-        return ({p: Decision(run[p], wanted[p], reason, targets[p], pending, gain)
+        return ({p: ScalingDecision(run[p], wanted[p], reason, targets[p], pending, gain)
                  for p in views}, st)
 
     woken = _wake(views, cfg)
