@@ -1,7 +1,7 @@
 # specserve: the two commands a fresh machine needs (README):
 #   make serve   set up, build the tiny models if absent, serve on 127.0.0.1:8000
-#   make test    set up, build the tiny models, the test kube-apiserver and unpack Prometheus if
-#                absent, run the tests
+#   make test    set up, build the tiny models, the test kube-apiserver, unpack Prometheus and
+#                install the image test's tools if absent, run the tests
 # The virtual environment and the models live outside the checkout (~/.cache/specserve), keyed by
 # pyproject.toml and the model lab's parameters, so a second run (or a fresh clone) reuses them.
 
@@ -25,7 +25,7 @@ export KUBE_APISERVER_BIN ?= $(CACHE)/kube-apiserver/kube-apiserver
 export PROMETHEUS_BIN ?= $(CACHE)/prometheus/prometheus
 export PROMTOOL_BIN ?= $(CACHE)/prometheus/promtool
 
-.PHONY: setup models serve test bench kube-apiserver prometheus
+.PHONY: setup models serve test bench kube-apiserver prometheus image image-tools
 
 # No prerequisite: the stamp's name carries pyproject.toml's hash, and a fresh clone's
 # pyproject.toml is always newer than the stamp (that re-ran pip on every clone).
@@ -61,7 +61,7 @@ models: setup
 serve: models
 	$(PY) -m cluster.cli serve
 
-test: models kube-apiserver prometheus
+test: models kube-apiserver prometheus image-tools
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: models
@@ -76,3 +76,16 @@ kube-apiserver:
 # in $(CACHE)/prometheus; where it cannot be had it prints so and those tests skip, saying why).
 prometheus:
 	.ci/prometheus $(CACHE)/prometheus
+
+# buildah, podman and mmdebstrap for the image test (Debian's packages, ~25 s once; where they
+# cannot be had it prints so and tests/e2e/test_image_live.py skips, saying why).
+image-tools:
+	.ci/image-tools
+
+# The container image for ENGINE (manifests/image/; cluster/image.py): buildah, podman or docker,
+# whichever is installed, e.g. `make image ENGINE=gpu IMAGE_ARGS="--repository REGISTRY/specserve"`;
+# prints the tag. It runs in the environment `make setup` makes (any engine's: the image installs
+# its own), and makes the CPU one if there is none.
+image:
+	test -x $(PY) || $(MAKE) setup ENGINE=cpu
+	$(PY) -m cluster.image build --engine $(ENGINE) $(IMAGE_ARGS)

@@ -10,6 +10,8 @@
                                          (cluster/batch/job.py; also under `ray job submit`)
     specserve observability png --prometheus URL --out DIR
                                          the dashboard's main panels as PNGs (cluster/observability)
+    specserve image build [--engine cpu|gpu] [--tool T] [--base IMAGE] [--repository REPO]
+                                         the container image (cluster/image.py, manifests/image/)
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import time
 
 from cluster.kube import cli as kube_cli
 from cluster.engine_reaper import engine_processes, reap
+from cluster.image import main as image_main
 from core import DEFAULT_CONFIG_PATH, ConfigError, load_config, use_ray_node_env
 
 APP_NAME = "specserve"
@@ -161,6 +164,8 @@ def parser() -> argparse.ArgumentParser:
     o = sub.add_parser("observability", add_help=False, help="the dashboard's main panels as PNGs from a "
                        "Prometheus (see `specserve observability png --help`)")
     o.add_argument("action", choices=["png"])
+    sub.add_parser("image", add_help=False, help="build the container image for one engine "
+                   "(see `specserve image build --help`)")
     return p
 
 
@@ -176,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_batch(args, rest)
         if args.command == "observability":
             return _cmd_observability(args, rest)
+        if args.command == "image":
+            return image_main(rest)
         if rest:
             parser().error(f"unrecognized arguments: {' '.join(rest)}")
         return {"serve": _cmd_serve, "validate": _cmd_validate}[args.command](args)

@@ -73,7 +73,8 @@ def _remove_stale(out: Path) -> None:
 
 @contextmanager
 def atomic_dir(out: Path) -> Iterator[Path]:
-    """Yields an empty folder next to `out` that replaces `out` when the block ends without error.
+    """Yields an empty folder next to `out` that replaces `out` when the block ends without error,
+    its files made readable by every user (0644, folders 0755).
 
     On an exception the partial folder is removed and `out` is left as it was.
     """
@@ -87,6 +88,10 @@ def atomic_dir(out: Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
+    # Readable by every user: a serving container runs as another uid (1000 in Ray's images) than
+    # the build, and safetensors writes its files 0600.
+    for path in (partial, *partial.rglob("*")):
+        path.chmod(0o755 if path.is_dir() else 0o644)
     old = out.parent / f".{out.name}.old-{os.getpid()}"
     if out.exists():
         os.replace(out, old)

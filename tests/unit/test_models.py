@@ -62,3 +62,19 @@ def test_params_reject_bad_values():
         BuildParams(distill_prompt_formats=("raw", "system"))
     with pytest.raises(ValueError, match="distill_temperatures"):
         BuildParams(distill_temperatures=())
+
+
+def test_a_built_model_folder_is_readable_by_every_user(tmp_path):
+    import os
+    import stat
+
+    from models.manifest import atomic_dir
+
+    out = tmp_path / "target"
+    with atomic_dir(out) as partial:
+        weights = partial / "model.safetensors"
+        weights.write_bytes(b"x")
+        os.chmod(weights, 0o600)  # as safetensors writes it
+        (partial / "sub").mkdir(mode=0o700)
+    assert stat.S_IMODE((out / "model.safetensors").stat().st_mode) == 0o644
+    assert stat.S_IMODE((out / "sub").stat().st_mode) == 0o755
