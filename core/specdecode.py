@@ -33,7 +33,7 @@ def batched_speedup(e_tau: float, vanilla_step_s: float, speculative_step_s: flo
         e_tau: expected tokens per verification step.
         vanilla_step_s: T_t(B, 1), seconds of one target decode step at batch B (or, pricing a
             batch job's throughput, the seconds per sequence-step one more sequence adds:
-            router/speedup.py `ThroughputSpeedup`).
+            router/policy.py `ThroughputSpeedup`).
         speculative_step_s: γ·T_d(B) + T_t(B, γ+1), seconds of one speculative step (draft γ
             tokens, then verify γ+1) at batch B, as measured on the speculative pool (or its
             marginal, as above). `math.inf` (a pool that gains nothing) gives S = 0 or inf.

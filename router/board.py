@@ -12,7 +12,7 @@ What the board holds for the router (the runtime pin) is keyed by the applicatio
 `generation` (deployments/app.py), so a redeploy starts without the old pin while pool replicas,
 which may span two builds during a rollout, keep reporting to the same board. A restarted board
 knows nothing for `STALE_AFTER_S`: readers take its `BoardSnapshot.age_s` into account
-(router/pool_view.py).
+(router/decider.py).
 """
 from __future__ import annotations
 

@@ -1,14 +1,30 @@
-"""The route decision with its online state: the one object the HTTP ingress and the batch driver
-decide through.
+"""The route decision and the router's live view of the pools: `RouteDecider.route(request)
+-> Routed`, the one call the HTTP ingress and the batch driver decide through.
 
-`RouteDecider` turns a request body into a `RouteDecision`: its features (router/features.py), each
-pool's load (router/pool_view.py), the expected speedup S (router/speedup.py, priced by latency at
-the ingress and by throughput in a batch job), then the pure `router.policy.choose_route` and
-`admit`. It keeps what the decision learns from: per-task hysteresis memory, acceptance estimates
+A request parsed once (`RouteDecider.parse`, router/request.py) is routed in one call: each pool's
+load and health (below), the expected speedup S and the pure `choose_route` / `admit`
+(router/policy.py), waking a pool scaled to zero when nothing else may take the request. The
+decider keeps what the decision learns from: per-task hysteresis memory, acceptance estimates
 folded from speculative responses, step times from the StatsBoard, and the runtime pin
 (`PUT /admin/policy`). Ingress replicas and batch drivers share the pin and their acceptance
 counts through the application's StatsBoard (`run`), so one admin call or one replica's
 observations reach every replica within ~1 s.
+
+Pressure (`PressureTracker`): the ingress counts its own requests' sequences in flight per pool
+exactly (`start`/`finish`; a request of prompts × n sequences counts prompts × n); a background
+task pushes those counts to the StatsBoard and pulls the other ingress replicas' counts and every
+pool replica's engine stats, every `PUSH_PERIOD_S` (0.5 s): the global view is at most ~1 s stale,
+the local part is exact. No blocking call sits on the request path.
+
+Health (`PoolHealth`): a pool is unavailable for `hold_s` after a request to it failed with a
+replica failure (router/streaming.py `REPLICA_FAILURES`), and for as long as the StatsBoard lists
+none of its replicas once it has listed some (every replica dead or restarting: a replica reports
+only once its engine serves). The router sends an unavailable pool's requests to the other pool
+(reason `pool_unavailable`) and takes the pool back as soon as a replica reports again. A pool that
+autoscaling may take to zero (`min_replicas: 0`) and that the board lists no replica of is
+`asleep`: it starts a replica when a request wants it (router/wake.py). A board that has just
+(re)started has not heard from every live replica yet: for its first `STALE_AFTER_S`, a pool it
+lists no replica of keeps its previous state (unknown, not gone).
 """
 
 from __future__ import annotations
@@ -16,22 +32,208 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from typing import Callable, Iterable, get_args
+import time
+from typing import Awaitable, Callable, Iterable, Mapping, Protocol, get_args
 
-from core import (PUSH_PERIOD_S, ArrivalCounter, PoolStats, RequestedRoute, Route,
+from core import (PUSH_PERIOD_S, STALE_AFTER_S, ArrivalCounter, PoolStats, RequestedRoute, Route,
                   SpecserveConfig, TaskType, read_config_value, resolve_path)
-from router.features import load_tokenizer, max_prompt_tokens, prompt_tokens, request_features
-from router.policy import PoolLoad, RequestFeatures, RouteDecision, admit, choose_route
-from router.pool_view import PoolHealth, PressureTracker
-from router.speedup import SPEEDUP_MODELS, PricingMode
-from router.validation import Limits, request_sequences, validate_request
+from router.errors import RequestError
+from router.policy import (SPEEDUP_MODELS, PoolLoad, PricingMode, RequestFeatures, RouteDecision,
+                           Unroutable, admit, choose_route, refusal)
+from router.request import Limits, ParsedRequest, RequestParser, load_tokenizer
 
 logger = logging.getLogger("specserve.router")
 PINS = get_args(RequestedRoute)  # "auto", "speculative", "vanilla"
 
 
+class PoolHealth:
+    """Availability of each pool from request failures and the StatsBoard's replica list.
+
+    Args:
+        hold_s: seconds a pool stays unavailable after a failure (default: the board's staleness
+            bound, by which a dead replica has left the board).
+        clock: monotonic seconds (injectable for tests).
+        scales_to_zero: pools whose autoscaling `min_replicas` is 0.
+    """
+
+    def __init__(self, hold_s: float = STALE_AFTER_S,
+                 clock: Callable[[], float] = time.monotonic, scales_to_zero: Iterable[str] = ()):
+        self._hold_s, self._clock = hold_s, clock
+        self._scales_to_zero = set(scales_to_zero)
+        self._failed_until: dict[str, float] = {}
+        self._seen: set[str] = set()  # pools the board has listed at least once
+        self._live: dict[str, int] = {}
+        self._observed = False  # a first view has come in
+
+    def observe(self, snapshot: Mapping[str, PoolStats], board_age_s: float = float("inf")
+                ) -> None:
+        """Takes the board's latest view: live (reporting) replicas per pool, from a board
+        (re)started `board_age_s` seconds ago (`BoardSnapshot.age_s`)."""
+        live = {pool: p.replicas for pool, p in snapshot.items()}
+        if board_age_s < STALE_AFTER_S:  # a pool listed with none may not have reported yet
+            live = {**self._live, **{pool: n for pool, n in live.items() if n > 0}}
+        self._live = live
+        self._seen.update(pool for pool, n in self._live.items() if n > 0)
+        self._observed = True
+
+    def failed(self, pool: str) -> None:
+        """A request to `pool` failed with one of REPLICA_FAILURES."""
+        self._failed_until[pool] = self._clock() + self._hold_s
+
+    def gone(self, pool: str) -> bool:
+        """True while the board, having listed replicas of `pool`, lists none (all dead or
+        restarting). Unlike `available`, one failed request does not make a pool gone: its
+        other replicas may still serve."""
+        return pool in self._seen and self._live.get(pool, 0) == 0
+
+    def asleep(self, pool: str) -> bool:
+        """True while `pool` may scale to zero and the board lists none of its replicas (once
+        a first view is in): scaled to zero, or its replicas all gone and none wanted."""
+        return (pool in self._scales_to_zero and self._observed
+                and self._live.get(pool, 0) == 0)
+
+    def available(self, pool: str) -> bool:
+        """False while `pool` is gone, asleep or within `hold_s` of a replica failure."""
+        if self._clock() < self._failed_until.get(pool, 0.0):
+            return False
+        return not self.gone(pool) and not self.asleep(pool)
+
+
+class PressureTracker:
+    """Requests in flight per pool plus the latest StatsBoard snapshot.
+
+    Args:
+        board: the application's StatsBoard actor handle (None: local counts only).
+        ingress_id: this ingress replica's id (its counts are excluded from the board's sum).
+        configured_replicas: replicas per configured pool, used until the board reports.
+    """
+
+    def __init__(self, board, ingress_id: str, configured_replicas: Mapping[Route, int]):
+        self._board = board
+        self._ingress_id = ingress_id
+        self._configured = dict(configured_replicas)
+        self._local: dict[Route, int] = {pool: 0 for pool in configured_replicas}
+        self.remote: dict[str, PoolStats] = {}
+        self.board_age_s = float("inf")  # of the board when it gave `remote` (BoardSnapshot)
+
+    def start(self, pool: Route, sequences: int = 1) -> None:
+        """Counts a request of `sequences` sequences (prompts × n) in flight to `pool`."""
+        self._local[pool] += sequences
+
+    def finish(self, pool: Route, sequences: int = 1) -> None:
+        """Releases what `start(pool, sequences)` counted."""
+        self._local[pool] -= sequences
+
+    def local_in_flight(self, pool: Route) -> int:
+        return self._local[pool]
+
+    def local_in_flight_all(self) -> dict[Route, int]:
+        """This replica's (or batch driver's) own sequences in flight, per configured pool."""
+        return dict(self._local)
+
+    def pool_stats(self) -> dict[Route, PoolStats]:
+        """Every configured pool's board view with in-flight requests of all ingress replicas."""
+        out = {}
+        for pool, configured in self._configured.items():
+            seen = self.remote.get(pool) or PoolStats()
+            out[pool] = dataclasses.replace(seen, replicas=seen.replicas or configured,
+                                            in_flight=self._local[pool] + seen.in_flight)
+        return out
+
+    def loads(self) -> dict[Route, PoolLoad]:
+        """Every configured pool's live replicas and in-flight requests (all ingress replicas).
+
+        Until a pool's replicas report, its configured replica count stands in, and its sampling
+        counts as not verified lossless.
+        """
+        return {pool: PoolLoad(p.replicas, p.in_flight, lossless_sampling=p.lossless_sampling)
+                for pool, p in self.pool_stats().items()}
+
+    async def run(self, on_snapshot: Callable[[dict[str, PoolStats]], None] | None = None) -> None:
+        """Push local counts and pull the board's snapshot forever (cancel to stop).
+
+        Args:
+            on_snapshot: called with each new snapshot (e.g. to fold step-time samples).
+        """
+        while True:
+            try:
+                self._board.report_in_flight.remote(self._ingress_id, dict(self._local))
+                snapshot = await self._board.snapshot.remote(self._ingress_id)
+                self.remote, self.board_age_s = snapshot.pools, snapshot.age_s
+                if on_snapshot is not None:
+                    on_snapshot(self.remote)
+            except Exception:  # the board restarts on failure; keep the last view meanwhile
+                logger.exception("stats board unreachable")
+            await asyncio.sleep(PUSH_PERIOD_S)
+
+
+class Waker(Protocol):
+    """Starts a pool scaled to zero (router/wake.py `PoolWaker`)."""
+
+    def wake(self, pool: Route) -> None:
+        """Makes `pool` count as demand, without waiting."""
+
+    def wait_awake(self, pool: Route) -> Awaitable[float | None]:
+        """Wakes `pool`; seconds until a replica reported, or None past the wait bound."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a request reaches no pool: the HTTP status, the OpenAI error message, and the outcome
+    counted in `specserve_route_decisions_total` (None: not counted)."""
+
+    status: int
+    message: str
+    outcome: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Routed:
+    """One request's route, or why it has none.
+
+    Attributes:
+        request: the parsed request.
+        features: its features with E[τ] as the decision saw it (`expected_tokens`).
+        decision: the pool and reason (after admission); None when no pool was up to decide on.
+        loads: each pool's load the decision saw (after a wake: as the pool woke).
+        refusal: set when the request goes nowhere: answer it with this error.
+        woken_after_s: seconds the request waited for its pool to scale from zero (None: none).
+    """
+
+    request: ParsedRequest
+    features: RequestFeatures
+    decision: RouteDecision | None
+    loads: Mapping[Route, PoolLoad]
+    refusal: Refusal | None = None
+    woken_after_s: float | None = None
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The response headers that explain the decision (`route_headers`), plus
+        `x-specserve-scaled-from-zero-s` after a wake."""
+        if self.decision is None:
+            return {}
+        if self.refusal is not None:
+            return {"x-specserve-route": self.decision.route,
+                    "x-specserve-reason": self.decision.reason}
+        headers = route_headers(self.features, self.decision)
+        if self.woken_after_s is not None:
+            headers["x-specserve-scaled-from-zero-s"] = f"{self.woken_after_s:.1f}"
+        return headers
+
+    def log_record(self, request_id: str | None) -> dict:
+        """The decision's structured log line (`"event": "route"`)."""
+        features, decision = self.features, self.decision
+        return {"event": "route", "request_id": request_id, "route": decision.route,
+                "reason": decision.reason, "task": features.task,
+                "temperature": features.temperature,
+                "expected_tokens": round(features.expected_tokens, 3),
+                "speedup": None if decision.speedup is None else round(decision.speedup, 3),
+                "in_flight": {p: load.in_flight for p, load in self.loads.items()}}
+
+
 class RouteDecider:
-    """Per-request route decisions for one application.
+    """Per-request route decisions for one application: `parse` a body once, then `route` it.
 
     Args:
         cfg: the application's config.
@@ -41,14 +243,17 @@ class RouteDecider:
             application's newest build and never writes one.
         board: the application's StatsBoard actor (None: local counts only, no step times).
         replica_id: this ingress replica's (or batch driver's) id on the board.
-        pricing: how S prices the pools (router/speedup.py): "latency" for a request a user
+        pricing: how S prices the pools (router/policy.py): "latency" for a request a user
             waits for, "throughput" for a batch job's rows.
         health: the pools' availability (the ingress's); None: every pool counts as available.
+        waker: starts a pool scaled to zero that a request waits for (the ingress's
+            router/wake.py `PoolWaker`); None: no pool sleeps (no `health`).
     """
 
     def __init__(self, cfg: SpecserveConfig, pools: Iterable[Route],
                  generation: str | None = "", board=None, replica_id: str = "",
-                 pricing: PricingMode = "latency", health: PoolHealth | None = None):
+                 pricing: PricingMode = "latency", health: PoolHealth | None = None,
+                 waker: Waker | None = None):
         self.cfg = cfg
         self.pools = list(pools)
         self.generation = generation
@@ -59,15 +264,18 @@ class RouteDecider:
             {p: getattr(cfg, p).max_num_seqs for p in self.pools})
         self.pressure = PressureTracker(board, replica_id,
                                         {p: cfg.initial_replicas(p) for p in self.pools})
-        self.health = health
-        self.tokenizer = load_tokenizer(resolve_path(cfg.model.path))
-        # Tokens of context the speculator drafts within (None: unbounded or no speculative pool).
-        self.speculator_context = (cfg.speculative.speculator.context_len()
-                                   if "speculative" in self.pools else None)
-        # What the engines accept (router/validation.py), for every caller of `validate`.
-        self.limits = Limits(cfg.model.max_model_len,
-                             read_config_value(cfg.model.path, "vocab_size"), cfg.server.max_n,
-                             cfg.server.max_sequences_per_request)
+        self.health, self.waker = health, waker
+        scaling = cfg.autoscaling
+        # Under the budget split a pool at 0 replicas is the split's choice: the routers count the
+        # load per class and the split sizes the pools from it, so a request that ran on the other
+        # pool wakes nothing. Otherwise a wanted pool at 0 replicas is woken per request.
+        self._wake_wanted_pools = not (scaling.enabled and scaling.policy == "budget")
+        self.parser = RequestParser(
+            Limits(cfg.model.max_model_len, read_config_value(cfg.model.path, "vocab_size"),
+                   cfg.server.max_n, cfg.server.max_sequences_per_request),
+            load_tokenizer(resolve_path(cfg.model.path)),
+            # Tokens of context the speculator drafts within (None: unbounded or no such pool).
+            cfg.speculative.speculator.context_len() if "speculative" in self.pools else None)
         self._last_auto_route: dict[TaskType, Route] = {}  # per task type, for hysteresis
         self._runtime_pin: str | None = None  # None: the config's router.pin
         self._pin_version = 0  # bumped by set_pin: a board read that spans it is stale
@@ -97,31 +305,14 @@ class RouteDecider:
         self._runtime_pin = pin
         self._pin_version += 1
 
-    def prompt_len(self, body) -> int:
-        """The prompt's length in target tokens where a limit depends on it, else a byte bound
-        (router.features.max_prompt_tokens) already within every limit: short prompts, the
-        common case, skip the tokenizer."""
-        bound = max_prompt_tokens(body)
-        max_tokens = _max_tokens(body) or 1
-        context = self.speculator_context
-        if bound + max_tokens <= self.cfg.model.max_model_len and (context is None
-                                                                  or bound < context):
-            return bound
-        return prompt_tokens(body, self.tokenizer)
-
-    def validate(self, body) -> int:
-        """The online validation (`router.validation.validate_request`) of one request, as the
-        ingress and the batch driver both run it before deciding.
-
-        Returns:
-            The prompt's length in tokens (`prompt_len`), for `decide`.
+    def parse(self, body) -> ParsedRequest:
+        """`body` validated and read once (router/request.py `RequestParser.parse`), as the ingress
+        and the batch driver both take a request.
 
         Raises:
             RequestError: 400 naming the field.
         """
-        prompt_len = self.prompt_len(body)
-        validate_request(body, prompt_len, self.limits)
-        return prompt_len
+        return self.parser.parse(body)
 
     def loads(self) -> dict[Route, PoolLoad]:
         """Each configured pool's live replicas, sequences in flight (every ingress replica and
@@ -133,55 +324,96 @@ class RouteDecider:
                                           asleep=self.health.asleep(pool))
                 for pool, load in loads.items()}
 
-    def decide(self, body, loads: dict[Route, PoolLoad] | None = None,
-               prompt_len: int | None = None) -> tuple[RequestFeatures, RouteDecision]:
-        """Features and route of one request (pops the body's `route` field).
+    async def route(self, request: ParsedRequest, admission: bool = True) -> Routed:
+        """The pool `request` runs on, or why it runs nowhere (`Routed.refusal`).
+
+        In order: no pool up or asleep: 503; the decision (`decide`); a chosen pool scaled to
+        zero is woken and waited for (at most `autoscaling.scale_from_zero_wait_s`, else 503),
+        and one the request went around because it sleeps is woken unless the budget split owns
+        the pool sizes; then admission within `server.max_in_flight_per_replica` (`admit`: 429
+        or 503 when nothing it may take has room).
 
         Args:
-            body: an OpenAI CompletionRequest or ChatCompletionRequest (vLLM's pydantic models).
-            loads: each configured pool's load; None: `loads()`.
-            prompt_len: the prompt's tokens if known (or an upper bound below the speculator's
-                context); None: counted here when it matters.
+            request: from `parse`.
+            admission: bound the pools' sequences in flight (the ingress); False: the caller
+                bounds its own (a batch job's `--max-in-flight`).
 
         Raises:
-            RequestError: the `route` field is invalid (400).
-            Unroutable: no pool the application runs may take the request (a forced pool
-                it does not run, or `min_p` / `logit_bias` forced onto the speculative pool).
+            RequestError: 400 when no pool the application runs may take it (`Unroutable`: a
+                forced pool it does not run, or `min_p` / `logit_bias` forced onto the
+                speculative pool).
         """
-        loads = self.loads() if loads is None else loads
-        features = request_features(body, self.tokenizer, self.speculator_context, prompt_len)
-        features = dataclasses.replace(features, expected_tokens=self.speedup_model
-                                       .expected_tokens(features.task, features.temperature))
+        features = request.features
+        loads = self.loads()
+        if not any(load.available or load.asleep for load in loads.values()):
+            return Routed(request, features, None, loads,
+                          Refusal(503, "No pool has a live replica; retry later", None))
+        features, decision = self.decide(request, loads)
+        woken_after_s = None
+        if loads[decision.route].asleep:  # no pool it may run on is up: wake this one, wait
+            woken_after_s = await self.waker.wait_awake(decision.route)
+            if woken_after_s is None:
+                return Routed(request, features, RouteDecision(decision.route,
+                                                               "pool_scaled_to_zero"), loads,
+                              self.not_woken(decision.route))
+            loads = self.loads()
+        elif decision.reason == "pool_scaled_to_zero" and self._wake_wanted_pools:
+            for pool in loads:  # it wanted the other pool: wake that
+                if pool != decision.route and loads[pool].asleep:
+                    self.waker.wake(pool)
+        if not admission:
+            return Routed(request, features, decision, loads, woken_after_s=woken_after_s)
+        admitted = admit(decision, loads, self.cfg.server.max_in_flight_per_replica,
+                         request.sequences)
+        if admitted is None:
+            status, message = refusal(decision, loads)
+            return Routed(request, features, decision, loads, Refusal(
+                status, message, "rejected_overload" if status == 429 else "rejected_unavailable"))
+        return Routed(request, features, admitted, loads, woken_after_s=woken_after_s)
+
+    def not_woken(self, pool: Route) -> Refusal:
+        """503 for a request that waited `autoscaling.scale_from_zero_wait_s` for `pool`."""
+        return Refusal(503, f"The {pool} pool is scaled to zero and started no replica within "
+                       f"{self.cfg.autoscaling.scale_from_zero_wait_s:g} s; retry later",
+                       "rejected_scaled_to_zero")
+
+    def decide(self, request: ParsedRequest, loads: Mapping[Route, PoolLoad]
+               ) -> tuple[RequestFeatures, RouteDecision]:
+        """The policy's choice for `request` at `loads` (`route`'s decision before any wake or
+        admission): features with E[τ] filled in, and the decision.
+
+        Raises:
+            RequestError: 400, as `route`.
+        """
+        features = dataclasses.replace(request.features, expected_tokens=self.speedup_model
+                                       .expected_tokens(request.features.task,
+                                                        request.features.temperature))
         router_cfg = self.cfg.router
         if self.pin != router_cfg.pin:
             router_cfg = router_cfg.model_copy(update={"pin": self.pin})
-        decision = choose_route(features, loads, router_cfg,
-                                self._last_auto_route.get(features.task),
-                                self.speedup_model.speedup(features, loads))
+        try:
+            decision = choose_route(features, loads, router_cfg,
+                                    self._last_auto_route.get(features.task),
+                                    self.speedup_model.speedup(features, loads))
+        except Unroutable as e:
+            raise RequestError(400, str(e), e.param) from None
         if decision.reason in ("speculation_pays", "speculation_costs"):  # S chose the route
             self._last_auto_route[features.task] = decision.route
-        self._count_arrival(body, features, decision, prompt_len, router_cfg)
+        self._count_arrival(request, features, decision, router_cfg)
         return features, decision
 
-    def _count_arrival(self, body, features: RequestFeatures, decision: RouteDecision,
-                       prompt_len: int | None, router_cfg) -> None:
+    def _count_arrival(self, request: ParsedRequest, features: RequestFeatures,
+                       decision: RouteDecision, router_cfg) -> None:
         """Counts the request for the autoscaling policy (core/arrivals.py): its class may go
         speculative unless something keeps it vanilla whatever the load (its options, a pin or
         requested route, a temperature above the cap, a prompt past the speculator's context)."""
-        max_tokens = _max_tokens(body)
         gains = ("speculative" in self.pools and decision.may_run_on("speculative")
                  and "vanilla" not in (features.requested_route, router_cfg.pin)
                  and not features.beyond_speculator_context
                  and features.temperature <= router_cfg.max_speculative_temperature)
-        tokens = max_tokens or self.cfg.model.max_model_len - (prompt_len or 0)
-        self.arrivals.observe(features.task, gains, tokens * request_sequences(body),
+        tokens = request.max_tokens or self.cfg.model.max_model_len - request.prompt_len
+        self.arrivals.observe(features.task, gains, tokens * request.sequences,
                               features.expected_tokens or 1.0)
-
-    def admit(self, decision: RouteDecision, loads: dict[Route, PoolLoad], sequences: int = 1
-              ) -> RouteDecision | None:
-        """`router.policy.admit` within `server.max_in_flight_per_replica`: the decision, maybe
-        moved to another pool with room; None when no pool it may take has room."""
-        return admit(decision, loads, self.cfg.server.max_in_flight_per_replica, sequences)
 
     def retry_route(self, failed: Route, decision: RouteDecision) -> Route:
         """Where a request goes after `failed` lost it: another pool it may run on when one is
@@ -264,12 +496,6 @@ class RouteDecider:
             except Exception:  # the board restarts on failure; keep the last state meanwhile
                 logger.exception("stats board unreachable")
             await asyncio.sleep(PUSH_PERIOD_S)
-
-
-def _max_tokens(body) -> int | None:
-    """The request's output-token limit: `max_completion_tokens` (chat) or `max_tokens`; None
-    when unset (the engine's limit applies)."""
-    return getattr(body, "max_completion_tokens", None) or body.max_tokens
 
 
 def route_headers(features: RequestFeatures, decision: RouteDecision) -> dict[str, str]:

@@ -32,13 +32,12 @@ from router.admin import AdminEndpoints
 from router.auth import ApiKeyGuard, ApiKeys
 from router.board import get_board
 from router.body_limit import BodyLimit
-from router.decider import RouteDecider, route_headers
-from router.errors import RequestError, error_response, install_error_handlers
+from router.decider import PoolHealth, RouteDecider
+from router.errors import error_response, install_error_handlers
 from router.metrics import CONTENT_TYPE, RouterMetrics
-from router.policy import RequestFeatures, Unroutable, refusal
-from router.pool_view import REPLICA_FAILURES, PoolHealth, PoolLost, await_unless_gone
-from router.streaming import RelayedStream, guard_stream, relay_usage, wants_usage
-from router.validation import request_sequences
+from router.policy import RequestFeatures
+from router.streaming import (REPLICA_FAILURES, PoolLost, RelayedStream, await_unless_gone,
+                              guard_stream, relay_usage, wants_usage)
 from router.wake import PoolWaker
 
 logger = logging.getLogger("specserve.router")
@@ -110,17 +109,14 @@ class SpecserveIngress(AdminEndpoints, OpenAiIngress):
         scaling = self._cfg.autoscaling
         self._health = PoolHealth(scales_to_zero=[
             p for p in pools if scaling.enabled and scaling.pool(p).min_replicas == 0])
+        self._waker = PoolWaker(pools, self._health, scaling.scale_from_zero_wait_s,
+                                lambda pool: self._metrics.observe_wake(pool))
         self._decider = RouteDecider(self._cfg, pools, generation, self._board,
-                                     ctx.replica_id.unique_id, "latency", self._health)
+                                     ctx.replica_id.unique_id, "latency", self._health,
+                                     self._waker)
         self._pressure = self._decider.pressure
         self._metrics = RouterMetrics(self._pressure.pool_stats, self._decider.speedup_model,
                                       model_card.id)
-        # Under the budget split a pool at 0 replicas is the split's choice: the routers count the
-        # load per class and the split sizes the pools from it, so a request that ran on the other
-        # pool wakes nothing. Otherwise a wanted pool at 0 replicas is woken per request.
-        self._wake_wanted_pools = not (scaling.enabled and scaling.policy == "budget")
-        self._waker = PoolWaker(pools, self._health, scaling.scale_from_zero_wait_s,
-                                self._metrics.observe_wake)
         self._background = asyncio.get_event_loop().create_task(self._decider.run())
 
     def _get_configured_serve_handle(self, model_id: str) -> DeploymentHandle:
@@ -145,7 +141,7 @@ class SpecserveIngress(AdminEndpoints, OpenAiIngress):
                                route: Route, sequences: int) -> Response:
         """`_forward`, abandoned with `PoolLost` if `route`'s last replica leaves the StatsBoard
         before the response begins (a stream: its first chunk). Serve's handle would hold such a
-        request until a new replica starts, minutes for a vLLM engine (router/pool_view.py); nothing
+        request until a new replica starts, minutes for a vLLM engine (router/streaming.py); nothing
         has reached the client yet, so the caller may retry it on the other pool."""
         async def release(response: Response) -> None:
             if isinstance(response, StreamingResponse):
@@ -161,48 +157,19 @@ class SpecserveIngress(AdminEndpoints, OpenAiIngress):
     async def _process_llm_request(self, body, call_method: str,
                                    raw_request: Request | None = None) -> Response:
         await self._get_model_id(body.model)  # 404 before any decision is counted
-        prompt_len = self._decider.validate(body)  # the same validation as batch rows
-        loads = self._decider.loads()
+        routed = await self._decider.route(self._decider.parse(body))
+        features, decision, headers = routed.features, routed.decision, routed.headers
         retry_after = {"Retry-After": str(self._cfg.server.retry_after_s)}
-        if not any(load.available or load.asleep for load in loads.values()):
-            return error_response(503, "No pool has a live replica; retry later",
-                                  headers=retry_after)
-        try:
-            features, decision = self._decider.decide(body, loads, prompt_len)
-        except Unroutable as e:  # forces a pool not configured, an option or a lossy pool
-            raise RequestError(400, str(e), e.param) from None
-        woken_after_s = None
-        if loads[decision.route].asleep:  # no pool it may run on is up: wake this one, wait
-            woken_after_s = await self._waker.wait_awake(decision.route)
-            if woken_after_s is None:
-                return self._not_woken(decision.route, features)
-            loads = self._decider.loads()
-        elif decision.reason == "pool_scaled_to_zero" and self._wake_wanted_pools:
-            for pool in loads:  # it wanted the other pool: wake that
-                if pool != decision.route and loads[pool].asleep:
-                    self._waker.wake(pool)
-        sequences = request_sequences(body)
-        admitted = self._decider.admit(decision, loads, sequences)
-        if admitted is None:
-            status, message = refusal(decision, loads)
-            self._metrics.observe_decision(decision.route, "rejected_overload" if status == 429
-                                           else "rejected_unavailable", features.task, None)
-            return error_response(status, message,
-                                  headers={**retry_after, "x-specserve-route": decision.route,
-                                           "x-specserve-reason": decision.reason})
-        decision = admitted
-        route = decision.route
+        if routed.refusal is not None:
+            if routed.refusal.outcome is not None:
+                self._metrics.observe_decision(decision.route, routed.refusal.outcome,
+                                               features.task, None)
+            return error_response(routed.refusal.status, routed.refusal.message,
+                                  headers={**retry_after, **headers})
+        route, sequences = decision.route, routed.request.sequences
         self._metrics.observe_decision(route, decision.reason, features.task, decision.speedup)
-        logger.info(json.dumps({
-            "event": "route", "request_id": raw_request.headers.get("x-request-id")
-            if raw_request else None, "route": route, "reason": decision.reason,
-            "task": features.task, "temperature": features.temperature,
-            "expected_tokens": round(features.expected_tokens, 3),
-            "speedup": None if decision.speedup is None else round(decision.speedup, 3),
-            "in_flight": {p: load.in_flight for p, load in loads.items()}}))
-        headers = route_headers(features, decision)
-        if woken_after_s is not None:
-            headers["x-specserve-scaled-from-zero-s"] = f"{woken_after_s:.1f}"
+        logger.info(json.dumps(routed.log_record(
+            raw_request.headers.get("x-request-id") if raw_request else None)))
         keep_usage = wants_usage(body)  # the client's choice, whichever pool ends up serving
         if body.stream and not keep_usage:
             # vLLM reports a stream's acceptance only on its final usage chunk: ask for it, learn
@@ -247,12 +214,12 @@ class SpecserveIngress(AdminEndpoints, OpenAiIngress):
 
     def _not_woken(self, pool: Route, features: RequestFeatures) -> Response:
         """503 for a request that waited `autoscaling.scale_from_zero_wait_s` for `pool`."""
-        self._metrics.observe_decision(pool, "rejected_scaled_to_zero", features.task, None)
-        return error_response(
-            503, f"The {pool} pool is scaled to zero and started no replica within "
-            f"{self._cfg.autoscaling.scale_from_zero_wait_s:g} s; retry later",
-            headers={"Retry-After": str(self._cfg.server.retry_after_s),
-                     "x-specserve-route": pool, "x-specserve-reason": "pool_scaled_to_zero"})
+        refused = self._decider.not_woken(pool)
+        self._metrics.observe_decision(pool, refused.outcome, features.task, None)
+        return error_response(refused.status, refused.message,
+                              headers={"Retry-After": str(self._cfg.server.retry_after_s),
+                                       "x-specserve-route": pool,
+                                       "x-specserve-reason": "pool_scaled_to_zero"})
 
     async def _relay(self, packets, route: Route, features: RequestFeatures, keep_usage: bool):
         """Streams SSE packets through; learns from the usage event and drops it unless the

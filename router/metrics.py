@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, disable_cre
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from core import PoolStats, Route, expected_tokens
-from router.speedup import SpeedupModel
+from router.policy import SpeedupModel
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 disable_created_metrics()  # no `_created` series next to each counter

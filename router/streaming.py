@@ -1,25 +1,78 @@
-"""A streaming response that always releases what its stream holds.
+"""Relaying a pool's response to the client, and the pool failures around it.
 
-Starlette's `StreamingResponse` leaves its body generator to the garbage collector when the client
-goes away (the send fails, or the request task is cancelled while it waits on `send`), so a
-`finally:` inside the generator runs late, or never when the body was not started. The ingress
-counts a stream in flight until it ends; seen on real pools: abandoned streams stayed counted for
-seconds to minutes. `RelayedStream` closes the body and calls `on_close` exactly once, whatever
-way the response ends. `relay_usage` decides, per stream, what the client sees of the usage chunk;
-`guard_stream` ends a stream whose pool failed mid-way with an OpenAI error event.
+Before the response: a request waiting on a pool whose last replica left the StatsBoard is
+abandoned (`await_unless_gone` raises `PoolLost`) and may be retried on the other pool, as may one
+that failed with one of `REPLICA_FAILURES`: Serve's DeploymentHandle queues a request for a
+deployment with no running replica until one starts (minutes for a vLLM engine; ray-project/ray
+#40995), so a request caught between a replica's death and the board noticing would otherwise hang.
+
+During the response: Starlette's `StreamingResponse` leaves its body generator to the garbage
+collector when the client goes away (the send fails, or the request task is cancelled while it
+waits on `send`), so a `finally:` inside the generator runs late, or never when the body was not
+started. The ingress counts a stream in flight until it ends; seen on real pools: abandoned streams
+stayed counted for seconds to minutes. `RelayedStream` closes the body and calls `on_close` exactly
+once, whatever way the response ends. `relay_usage` decides, per stream, what the client sees of
+the usage chunk; `guard_stream` ends a stream whose pool failed mid-way with an OpenAI error event.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from typing import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
+from ray.exceptions import NodeDiedError, RayActorError, WorkerCrashedError
+from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError, \
+    ReplicaUnavailableError
 from starlette.responses import StreamingResponse
 
 from router.errors import error_response
 
+if TYPE_CHECKING:
+    from router.decider import PoolHealth
+
 logger = logging.getLogger("specserve.router")
+
+
+# What a DeploymentHandle raises when the replica serving a request died, was unreachable or
+# refused it (its queue full): the request never ran to an answer, so it may be retried.
+REPLICA_FAILURES = (RayActorError, WorkerCrashedError, NodeDiedError, ReplicaUnavailableError,
+                    DeploymentUnavailableError, BackPressureError)
+
+
+class PoolLost(Exception):
+    """The pool's last replica left the StatsBoard while a request waited for its response."""
+
+    def __init__(self, pool: str):
+        super().__init__(f"the {pool} pool has no live replica")
+        self.pool = pool
+
+
+async def await_unless_gone(work: Awaitable[Any], pool: str, health: PoolHealth, period_s: float,
+                            release: Callable[[Any], Awaitable[None]] | None = None) -> Any:
+    """The result of `work` (a request to `pool`), checking every `period_s` seconds that `pool`
+    is not gone (`PoolHealth.gone`).
+
+    Raises:
+        PoolLost: `pool` went while `work` ran; `work` was cancelled first.
+    Cancelling the caller cancels `work` too. Where `work` finishes anyway as it is cancelled,
+    `release(result)` disposes of the result nobody will read.
+    """
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=period_s)
+            if done:
+                return task.result()
+            if health.gone(pool):
+                raise PoolLost(pool)
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})
+            if release is not None and not task.cancelled() and task.exception() is None:
+                await release(task.result())
 
 
 class RelayedStream(StreamingResponse):

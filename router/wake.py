@@ -16,7 +16,7 @@ from typing import Callable
 from ray.serve.handle import DeploymentHandle
 
 from core import PUSH_PERIOD_S, Route
-from router.pool_view import PoolHealth
+from router.decider import PoolHealth
 
 logger = logging.getLogger("specserve.router")
 

@@ -7,7 +7,7 @@
 (not JSON, no `custom_id`, another method or url, a body the endpoint would refuse, a `custom_id`
 seen on an earlier line); every error names its 1-based line number. The body is parsed by the
 same request models the online endpoint uses; the driver then runs the online router's own checks
-(`RouteDecider.validate`) on it, so a batch row and an HTTP request agree on what is valid.
+(`RouteDecider.parse`) on it, so a batch row and an HTTP request agree on what is valid.
 
 Each row carries its `fingerprint`: the first 16 hex digits of the SHA-256 of the line's JSON
 object in canonical form (sorted keys, no spaces; the stripped text when it is not JSON), so

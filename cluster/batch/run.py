@@ -1,13 +1,13 @@
 """One batch run's rows through the pools: dispatch, retries, lines, and the stop at the first
 failed write (the driver around it: cluster/batch/job.py).
 
-Rows are taken in input order, at most `--max-in-flight` in flight; each is validated and routed by
-the online router's `RouteDecider`, sent to its pool's handle, retried while the pool is
-unavailable, and its line handed to the `RowWriter` (completion or input order). A row counts in
+Rows are taken in input order, at most `--max-in-flight` in flight; each is parsed and routed by
+the online router's `RouteDecider` (`parse`, then `route` without admission), sent to its pool's
+handle, retried while the pool is unavailable, and its line handed to the `RowWriter` (completion or input order). A row counts in
 the stats once its line is written. The first failed write (or fsync) stops the run: nothing more
 is taken or sent, rows in flight are cancelled, and what is on disk is whole lines only.
 
-The decider prices the pools by throughput (`pricing="throughput"`, router/speedup.py
+The decider prices the pools by throughput (`pricing="throughput"`, router/policy.py
 `ThroughputSpeedup`, S = E[τ] · ΔR_s / ΔR_v): a batch job has no waiting user, so a row goes
 speculative when it adds more tokens per second to the whole job there. The batch pressure a job
 makes by design thus keeps the rows that gain most on the speculative path while that pool still
@@ -32,9 +32,8 @@ from cluster.batch.rows import BatchRow, Endpoint, RowError
 from cluster.batch.summary import BatchStats, progress_line
 from cluster.batch.writer import RowWriter
 from core.ray_private import ErrorResponse, sanitize_chat_completion_request
-from router.decider import RouteDecider, route_headers
+from router.decider import RouteDecider, Routed
 from router.errors import RequestError, error_response
-from router.policy import RequestFeatures, RouteDecision, Unroutable
 
 RETRY_BACKOFF_S = 2.0
 STATS_WAIT_S = 5.0  # for the first StatsBoard snapshot and router state before routing rows
@@ -157,14 +156,11 @@ class BatchRun:
     async def _route_and_run(self, row: BatchRow):
         """(record, what to count once it is written) of one row; None: no answer (left for a
         re-run)."""
-        try:
-            prompt_len = self._decider.validate(row.body)  # the ingress's checks: same 400s
-            features, decision = self._decider.decide(row.body, prompt_len=prompt_len)
-        except RequestError as e:  # an invalid field, or `route`: 400, as online
+        try:  # the ingress's checks and decision: the same 400s
+            routed = await self._decider.route(self._decider.parse(row.body), admission=False)
+        except RequestError as e:  # an invalid field, `route`, or no pool may take it
             return self._answer(row, e.status, _error_body(e.status, e.message, e.param))
-        except Unroutable as e:  # no pool the application runs may take it: 400, as online
-            return self._answer(row, 400, _error_body(400, str(e), e.param))
-        route = decision.route
+        route = routed.decision.route
         self._decider.pressure.start(route)
         try:
             answer = await self._call(route, row)
@@ -174,17 +170,16 @@ class BatchRun:
             return None
         status, body = answer
         if route == "speculative" and status < 400:
-            self._decider.learn(features, body)
-        return self._answer(row, status, body, features, decision)
+            self._decider.learn(routed.features, body)
+        return self._answer(row, status, body, routed)
 
-    def _answer(self, row: BatchRow, status: int, body: dict,
-                features: RequestFeatures | None = None, decision: RouteDecision | None = None):
-        routed = features is not None and decision is not None
-        headers = route_headers(features, decision) if routed else {}
+    def _answer(self, row: BatchRow, status: int, body: dict, routed: Routed | None = None):
+        headers = routed.headers if routed is not None else {}
         record = response_record(row, status, body, headers, self._config_fp)
+        decision = routed.decision if routed is not None else None
         return record, functools.partial(
-            self._stats.observe_response, status, body, decision.route if routed else None,
-            decision.reason if routed else None, features.task if routed else None)
+            self._stats.observe_response, status, body, decision and decision.route,
+            decision and decision.reason, routed and routed.features.task)
 
     async def _call(self, route: str, row: BatchRow) -> tuple[int, dict] | None:
         """(status, body) from the pool, retrying an unavailable pool; None: gave up."""

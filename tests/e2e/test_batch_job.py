@@ -145,7 +145,7 @@ def mixed_rows() -> list[dict]:
     return rows
 
 
-# Rows the online validation refuses (router/validation.py): 400 naming the field, in batch too.
+# Rows the online validation refuses (router/request.py): 400 naming the field, in batch too.
 REFUSED_ONLINE = {"too-long": {"max_tokens": 5000}, "n-100": {"n": 100},
                   "temp-5": {"temperature": 5}, "beam": {"use_beam_search": True}}
 REFUSED_PARAM = {"too-long": "max_tokens", "n-100": "n", "temp-5": "temperature",

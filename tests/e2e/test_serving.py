@@ -174,7 +174,7 @@ def test_metrics_show_acceptance_on_the_speculative_pool(client):
 
 def test_prompt_beyond_the_speculator_context(client, serve_config):
     from tests.session_app import SPECULATOR_CONTEXT
-    from router.features import load_tokenizer
+    from router.request import load_tokenizer
     from core import resolve_path
 
     tokenizer = load_tokenizer(resolve_path(serve_config.model.path))

@@ -3,7 +3,7 @@ never undercounts (the pure rest: tests/unit/test_features.py)."""
 
 from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionRequest
 
-from router.features import prompt_tokens
+from router.request import prompt_tokens
 
 
 def test_byte_bound_never_undercounts_the_target_tokenizer(lab):
@@ -12,7 +12,7 @@ def test_byte_bound_never_undercounts_the_target_tokenizer(lab):
     from pathlib import Path
 
     from bench.workload import load_prompts
-    from router.features import load_tokenizer, max_prompt_tokens
+    from router.request import load_tokenizer, max_prompt_tokens
 
     tokenizer = load_tokenizer(str(Path(lab) / "target"))
     for p in load_prompts():

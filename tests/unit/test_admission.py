@@ -10,7 +10,8 @@ import pytest
 from core import STALE_AFTER_S, PoolStats, RouterConfig
 from router.policy import (PoolLoad, RequestFeatures, RouteDecision, admit, choose_route,
                            refusal)
-from router.pool_view import PoolHealth, PoolLost, await_unless_gone
+from router.decider import PoolHealth
+from router.streaming import PoolLost, await_unless_gone
 
 CAP = 4
 

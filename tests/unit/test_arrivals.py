@@ -75,18 +75,19 @@ def test_the_decider_counts_every_decided_request_by_class():
                            ["vanilla", "speculative"])
     loads = {"vanilla": PoolLoad(1, 0), "speculative": PoolLoad(1, 0)}
     for route in ("auto", "vanilla"):
-        decider.decide(CompletionRequest(model="m", prompt="def f(x):\n    return", max_tokens=48,
-                                         temperature=0, route=route), loads)
+        decider.decide(decider.parse(CompletionRequest(
+            model="m", prompt="def f(x):\n    return", max_tokens=48, temperature=0,
+            route=route)), loads)
     got = decider.arrivals.counts()
     assert {k: (c["requests"], c["tokens"]) for k, c in got.items()} == {
         "code|speculative": (1, 48), "code|vanilla": (1, 48)}
     assert 0 < got["code|speculative"]["steps"] <= 48  # 48 tokens at the router's E[τ] >= 1
-    decider.decide(CompletionRequest(model="m", prompt=["def f(x):", "def g(y):"], n=2,
-                                     max_tokens=10, temperature=0), loads)
+    decider.decide(decider.parse(CompletionRequest(model="m", prompt=["def f(x):", "def g(y):"],
+                                                   n=2, max_tokens=10, temperature=0)), loads)
     assert decider.arrivals.counts()["code|speculative"]["tokens"] == 48 + 4 * 10  # 4 sequences
     decider.set_pin("vanilla")  # a pin keeps every class off the speculative pool
-    decider.decide(CompletionRequest(model="m", prompt="def f(x):", max_tokens=5,
-                                     temperature=0), loads)
+    decider.decide(decider.parse(CompletionRequest(model="m", prompt="def f(x):", max_tokens=5,
+                                                   temperature=0)), loads)
     assert decider.arrivals.counts()["code|vanilla"]["tokens"] == 48 + 5
 
 

@@ -32,12 +32,12 @@ def test_runtime_pin_overrides_config_and_unpins(measured):
     decider = measured
     assert (decider.pin, decider.pin_source) == ("auto", "config")
     decider.set_pin("vanilla")
-    _, d = decider.decide(code(), LOADS)
+    _, d = decider.decide(decider.parse(code()), LOADS)
     assert (d.route, d.reason, decider.pin_source) == ("vanilla", "pinned", "runtime")
-    _, d = decider.decide(code(route="speculative"), LOADS)
+    _, d = decider.decide(decider.parse(code(route="speculative")), LOADS)
     assert (d.route, d.reason) == ("speculative", "requested")  # a request's own route wins
     decider.set_pin("auto")  # a runtime "auto" overrides a config pin too
-    _, d = decider.decide(code(), LOADS)
+    _, d = decider.decide(decider.parse(code()), LOADS)
     assert d.reason in ("speculation_pays", "speculation_costs")
     decider.set_pin(None)
     assert (decider.pin, decider.pin_source) == ("auto", "config")
@@ -48,13 +48,13 @@ def test_a_forced_route_tells_its_speedup_and_leaves_the_hysteresis_alone(measur
     predicted-vs-realized panel averages over every request the speculative pool serves); only
     the router's own choices move its hysteresis memory."""
     decider = measured
-    _, auto = decider.decide(code(), LOADS)
+    _, auto = decider.decide(decider.parse(code()), LOADS)
     assert (auto.route, auto.reason) == ("speculative", "speculation_pays")
-    _, forced = decider.decide(code(route="vanilla"), LOADS)
+    _, forced = decider.decide(decider.parse(code(route="vanilla")), LOADS)
     assert (forced.route, forced.reason, forced.speedup) == ("vanilla", "requested",
                                                              auto.speedup)
     decider.set_pin("vanilla")
-    _, pinned = decider.decide(code(), LOADS)
+    _, pinned = decider.decide(decider.parse(code()), LOADS)
     assert (pinned.route, pinned.reason, pinned.speedup) == ("vanilla", "pinned", auto.speedup)
     assert decider._last_auto_route["code"] == "speculative"  # neither forced route counted
 
@@ -73,10 +73,11 @@ def test_pin_to_a_pool_the_application_lacks_is_refused():
 
 def test_learned_acceptance_moves_the_speedup(measured):
     decider = measured
-    _, before = decider.decide(code(), LOADS)
-    decider.learn(decider.decide(code(), LOADS)[0], {"metrics": {"speculative_decoding": {
+    _, before = decider.decide(decider.parse(code()), LOADS)
+    features, _ = decider.decide(decider.parse(code()), LOADS)
+    decider.learn(features, {"metrics": {"speculative_decoding": {
         "acceptance_histogram": [400, 0, 0, 0, 0]}}})  # nothing accepted in 400 steps
-    _, after = decider.decide(code(), LOADS)
+    _, after = decider.decide(decider.parse(code()), LOADS)
     assert after.speedup < 0.6 * before.speedup
 
 
@@ -118,7 +119,7 @@ def test_speedup_curve_from_profiles(decider):
 def test_steps_without_drafts_count_as_accepting_nothing(decider):
     """An n-gram speculator without a match decodes one token per step that vLLM's histogram does
     not count: 1 prefill token + 2 drafted steps (4 + 5 tokens) + 10 undrafted steps = 20 tokens."""
-    features, _ = decider.decide(code(), LOADS)
+    features, _ = decider.decide(decider.parse(code()), LOADS)
     decider.learn(features, {"usage": {"completion_tokens": 20}, "metrics": {
         "speculative_decoding": {"acceptance_histogram": [0, 0, 0, 1, 1]}}})
     est = decider.speedup_model.acceptance
@@ -200,12 +201,62 @@ def test_first_sample_of_a_bucket_replaces_its_profile_point():
 @pytest.mark.parametrize("kw, param", [({"n": 100}, "n"), ({"temperature": 5}, "temperature"),
                                        ({"use_beam_search": True}, "use_beam_search"),
                                        ({"max_tokens": 5000}, "max_tokens")])
-def test_validate_refuses_what_the_engines_cannot_serve(decider, kw, param):
-    """The one validation the ingress and the batch driver both run (router/validation.py)."""
+def test_parse_refuses_what_the_engines_cannot_serve(decider, kw, param):
+    """The one validation the ingress and the batch driver both run (router/request.py)."""
     with pytest.raises(RequestError) as e:
-        decider.validate(CompletionRequest(model="m", prompt="def f(x):\n", **kw))
+        decider.parse(CompletionRequest(model="m", prompt="def f(x):\n", **kw))
     assert (e.value.status, e.value.param) == (400, param)
 
 
-def test_validate_returns_the_prompt_length_the_decision_uses(decider):
-    assert decider.validate(code(max_tokens=8)) >= len("def f(x):\n    return") // 4
+def test_parse_returns_the_prompt_length_the_decision_uses(decider):
+    assert decider.parse(code(max_tokens=8)).prompt_len >= len("def f(x):\n    return") // 4
+
+
+def test_route_admits_refuses_and_explains(measured):
+    """`route`: the one call the ingress and the batch driver decide through (parse once, then
+    route): headers explain the decision; a full pool spills; no room anywhere is a 429 counted
+    as rejected_overload; without admission (a batch job) the bound does not apply."""
+    import asyncio
+
+    decider = measured
+    cap = decider.cfg.server.max_in_flight_per_replica
+    request = decider.parse(code(route="speculative", n=2))
+    assert "route" not in (request.body.model_extra or {}) and request.sequences == 2
+    routed = asyncio.run(decider.route(request))
+    assert routed.refusal is None and routed.decision.route == "speculative"
+    assert routed.headers["x-specserve-route"] == "speculative"
+    assert routed.headers["x-specserve-reason"] == "requested"
+    assert float(routed.headers["x-specserve-speedup"]) == pytest.approx(routed.decision.speedup,
+                                                                         abs=0.01)
+    decider.pressure.start("speculative", cap)  # the speculative pool is full
+    decider.set_pin("speculative")
+    pinned = asyncio.run(decider.route(decider.parse(code())))
+    assert (pinned.decision.route, pinned.decision.reason) == ("vanilla", "pool_saturated")
+    forced = asyncio.run(decider.route(decider.parse(code(route="speculative"))))
+    assert (forced.refusal.status, forced.refusal.outcome) == (429, "rejected_overload")
+    assert forced.headers == {"x-specserve-route": "speculative",
+                              "x-specserve-reason": "requested"}
+    batch = asyncio.run(decider.route(decider.parse(code(route="speculative")), admission=False))
+    assert batch.refusal is None and batch.decision.route == "speculative"
+
+
+def test_route_refuses_what_no_pool_may_take_as_a_400():
+    import asyncio
+
+    decider = RouteDecider(SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH), ["speculative"])
+    with pytest.raises(RequestError) as e:
+        asyncio.run(decider.route(decider.parse(code(route="vanilla"))))
+    assert (e.value.status, e.value.param) == (400, "route")
+
+
+def test_route_with_no_pool_up_is_a_503_counted_nowhere(measured):
+    import asyncio
+
+    from router.decider import PoolHealth
+
+    health = PoolHealth()
+    health.observe({"vanilla": PoolStats(replicas=1), "speculative": PoolStats(replicas=1)})
+    health.observe({"vanilla": PoolStats(replicas=0), "speculative": PoolStats(replicas=0)})
+    decider = RouteDecider(measured.cfg, measured.pools, health=health)
+    routed = asyncio.run(decider.route(decider.parse(code())))
+    assert (routed.refusal.status, routed.refusal.outcome, routed.headers) == (503, None, {})

@@ -4,7 +4,7 @@ import pytest
 from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionRequest
 
 from router.errors import RequestError
-from router.features import last_user_text, prompt_tokens, request_features
+from router.request import last_user_text, prompt_tokens, request_features
 
 
 def test_route_field_is_read_and_removed_before_the_engine_sees_it():

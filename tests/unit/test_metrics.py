@@ -6,7 +6,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from core import EngineStats, PoolStats
 from router.metrics import RouterMetrics
-from router.speedup import SpeedupModel
+from router.policy import SpeedupModel
 
 
 def _pools() -> dict[str, PoolStats]:

@@ -1,9 +1,10 @@
 """Routing in throughput mode, as a batch job routes its rows (`RouteDecider(...,
-pricing="throughput")`, router/speedup.py): the online policy fed with marginal step times, under
+pricing="throughput")`, router/policy.py): the online policy fed with marginal step times, under
 the batch pressure a job creates."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import pytest
@@ -11,7 +12,7 @@ from ray.serve.llm.openai_api_models import CompletionRequest
 
 from core import DEFAULT_CONFIG_PATH, PoolStats, SpecserveConfig
 from router.decider import RouteDecider
-from router.speedup import marginal_step_s
+from router.policy import marginal_step_s
 
 # Step seconds per running batch, shaped like DESIGN.md §3's 70 M-param CPU measurements: the
 # vanilla pool saturates near batch 64 (1139 → 1133 tok/s); a speculative step costs more and
@@ -65,13 +66,18 @@ def router(max_num_seqs: int = 128) -> RouteDecider:
 
 
 def dispatch(r: RouteDecider, prompt: str, rows: int) -> list:
-    """Routes `rows` requests that all stay in flight (a batch job's window filling up)."""
-    decisions = []
-    for _ in range(rows):
-        _, d = r.decide(CompletionRequest(model="specserve-tiny", prompt=prompt, temperature=0))
-        r.pressure.start(d.route)
-        decisions.append(d)
-    return decisions
+    """Routes `rows` requests that all stay in flight (a batch job's window filling up), as
+    cluster/batch/run.py routes its rows."""
+    async def route_all() -> list:
+        decisions = []
+        for _ in range(rows):
+            body = CompletionRequest(model="specserve-tiny", prompt=prompt, temperature=0)
+            d = (await r.route(r.parse(body), admission=False)).decision
+            r.pressure.start(d.route)
+            decisions.append(d)
+        return decisions
+
+    return asyncio.run(route_all())
 
 
 def test_rows_that_gain_keep_the_speculative_path_under_batch_pressure():

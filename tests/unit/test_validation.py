@@ -9,7 +9,7 @@ import pytest
 from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionRequest
 
 from router.errors import RequestError
-from router.validation import Limits, request_sequences, validate_request
+from router.request import Limits, request_sequences, validate_request
 
 LIMITS = Limits(max_model_len=1024, vocab_size=4096, max_n=8, max_sequences=16)
 
