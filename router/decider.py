@@ -140,6 +140,12 @@ class PressureTracker:
                                             in_flight=self._local[pool] + seen.in_flight)
         return out
 
+    def reported_replicas(self) -> dict[Route, int]:
+        """Replicas of each configured pool that the StatsBoard lists (a replica reports once its
+        engine serves); 0 before the board lists any."""
+        return {pool: (self.remote.get(pool) or PoolStats()).replicas
+                for pool in self._configured}
+
     def loads(self) -> dict[Route, PoolLoad]:
         """Every configured pool's live replicas and in-flight requests (all ingress replicas).
 

@@ -117,6 +117,7 @@ class SpecserveIngress(AdminEndpoints, OpenAiIngress):
         self._pressure = self._decider.pressure
         self._metrics = RouterMetrics(self._pressure.pool_stats, self._decider.speedup_model,
                                       model_card.id)
+        self._ready = False  # every pool has had its starting replicas up (`health`)
         self._background = asyncio.get_event_loop().create_task(self._decider.run())
 
     def _get_configured_serve_handle(self, model_id: str) -> DeploymentHandle:
@@ -244,13 +245,26 @@ class SpecserveIngress(AdminEndpoints, OpenAiIngress):
         """Prometheus text: decisions, pool pressure and spec-decode counters."""
         return Response(self._metrics.render(), media_type=CONTENT_TYPE)
 
-    async def health(self) -> dict:
-        """200 while the ingress runs; lists each pool's live replicas, in-flight requests and
-        whether its replicas sample losslessly at temperature > 0 (their startup check)."""
-        pools = {p: {"replicas": load.replicas, "in_flight": load.in_flight,
-                     "lossless_sampling": load.lossless_sampling}
+    async def health(self) -> Response:
+        """Readiness, and each pool's state: `{"status", "pools": {pool: {"replicas",
+        "starting_replicas", "in_flight", "lossless_sampling"}}}`.
+
+        503 with status "starting" until every pool's engines are up: the StatsBoard lists as many
+        replicas of each pool as it starts with (`starting_replicas`: its `num_replicas`, or
+        autoscaling's `initial_replicas` / `min_replicas`); a replica reports only once its engine
+        serves. 200 with status "ok" from then on while the ingress runs: a pool that loses
+        replicas later shows it in `replicas` (live, engine up), and its requests go to the other
+        pool meanwhile. `lossless_sampling`: its replicas passed their sampling check at start
+        (deployments/sampling_check.py).
+        """
+        live = self._pressure.reported_replicas()
+        wanted = {pool: self._cfg.initial_replicas(pool) for pool in live}
+        self._ready = self._ready or all(live[p] >= n for p, n in wanted.items())
+        pools = {p: {"replicas": live[p], "starting_replicas": wanted[p],
+                     "in_flight": load.in_flight, "lossless_sampling": load.lossless_sampling}
                  for p, load in self._pressure.loads().items()}
-        return {"status": "ok", "pools": pools}
+        return JSONResponse({"status": "ok" if self._ready else "starting", "pools": pools},
+                            status_code=200 if self._ready else 503)
 
 
 ENDPOINTS = {

@@ -83,14 +83,43 @@ def serve_instance() -> str:
     SESSION_RAY["up"] = False
 
 
+# What GET /health answered while the session application started: (HTTP status, body) in order
+# (tests/e2e/test_serving.py checks that it said "ok" only once every pool's engines were up).
+HEALTH_AT_START: list[tuple[int, dict]] = []
+
+
 @pytest.fixture(scope="session")
 def server(serve_instance, serve_config) -> str:
-    """Base URL of a running specserve application (both pools) on the session's Ray cluster."""
+    """Base URL of a running specserve application (both pools) on the session's Ray cluster;
+    /health is polled while it starts (`HEALTH_AT_START`)."""
+    import threading
+
     from ray import serve
 
     from deployments.app import build_app_from_config
 
-    serve.run(build_app_from_config(serve_config), name="specserve", route_prefix="/")
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def deploy() -> None:
+        try:
+            serve.run(build_app_from_config(serve_config), name="specserve", route_prefix="/")
+        except BaseException as e:  # re-raised in the fixture's thread
+            failure.append(e)
+        finally:
+            done.set()
+
+    threading.Thread(target=deploy, daemon=True).start()
+    with httpx.Client(base_url=serve_instance, timeout=5) as c:
+        while not done.wait(0.5):
+            try:
+                r = c.get("/health")
+                if r.headers.get("content-type", "").startswith("application/json"):
+                    HEALTH_AT_START.append((r.status_code, r.json()))
+            except httpx.HTTPError:  # no route to the application yet
+                pass
+    if failure:
+        raise failure[0]
     return serve_instance
 
 

@@ -154,6 +154,24 @@ def test_body_that_is_not_json(client):
     assert r.json()["error"]["type"] == "BadRequestError"
 
 
+def test_health_says_ok_only_once_every_pools_engines_are_up(client, serve_config):
+    """Readiness: while the application started, /health answered 503 "starting" whenever a pool
+    had fewer live replicas (engine up, reporting) than it starts with, and "ok" after."""
+    from tests.session_app import HEALTH_AT_START
+
+    ready = False
+    for status, body in HEALTH_AT_START:
+        up = all(p["replicas"] >= p["starting_replicas"] for p in body["pools"].values())
+        ready = ready or up
+        assert (status, body["status"]) == ((200, "ok") if ready else (503, "starting")), body
+    r = client.get("/health")
+    pools = r.json()["pools"]
+    assert (r.status_code, r.json()["status"]) == (200, "ok")
+    assert {p: v["starting_replicas"] for p, v in pools.items()} == {
+        p: serve_config.initial_replicas(p) for p in ("vanilla", "speculative")}
+    assert all(v["replicas"] >= v["starting_replicas"] for v in pools.values()), pools
+
+
 def test_models_lists_the_served_model(client):
     assert [m["id"] for m in client.get("/v1/models").json()["data"]] == [MODEL]
 
