@@ -49,8 +49,8 @@ import httpx
 from bench.budget_report import AUTOSCALED, static_systems, write_report
 from bench.client import Sample, stream_request
 from bench.loadgen import closed_loop
-from bench.run import (add_serving_arguments, base_config, reap_new_engines, speculator_config,
-                       vllm_pids)
+from bench.run import (add_serving_arguments, base_config, local_serve, reap_new_engines,
+                       speculator_config, vllm_pids)
 from bench.summary import Slo, percentile
 from bench.workload import jobs
 from core import SpecserveConfig
@@ -322,10 +322,6 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     base = base_config(args)
 
-    import ray
-    from ray import serve
-
-    from core import use_ray_node_env
     from deployments.cores import node_cores
 
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -338,21 +334,15 @@ def main(argv: list[str] | None = None) -> int:
                      "slo": {"ttft_ms": args.ttft_slo_ms, "tpot_ms": args.tpot_slo_ms},
                      "systems": {}}
     t_start = time.perf_counter()
-    use_ray_node_env()
-    ray.init(num_cpus=node_cores(), include_dashboard=False, log_to_driver=False)
-    serve.start(http_options={"host": "127.0.0.1", "port": args.port})
-    if args.reuse:
-        slo = Slo(args.ttft_slo_ms / 1000, args.tpot_slo_ms / 1000)
-        results["systems"].update(reused_systems(args.reuse, trace, args, slo))
-    try:
+    with local_serve(args.port):
+        if args.reuse:
+            slo = Slo(args.ttft_slo_ms / 1000, args.tpot_slo_ms / 1000)
+            results["systems"].update(reused_systems(args.reuse, trace, args, slo))
         for name, cfg in systems(base, budget, args).items():
             if name in results["systems"]:
                 continue
             results["systems"][name] = run_system(name, cfg, trace, args)
             _save(results, out)
-    finally:
-        serve.shutdown()
-        ray.shutdown()
     results["wall_s"] = round(time.perf_counter() - t_start, 1)
     _save(results, out)
     print(f"results: {out}/report.md ({results['wall_s']:.0f} s)")

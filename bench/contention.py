@@ -191,21 +191,15 @@ def main(argv: list[str] | None = None) -> int:
     if "autoscaling" in data:  # one replica per pool: the cells must not change the engines
         data["autoscaling"]["enabled"] = False
     cfg = SpecserveConfig.from_dict(data)
-    import ray
     from ray import serve
 
+    from bench.run import local_serve
     from deployments.app import build_app_from_config
-    from deployments.cores import node_cores
 
-    ray.init(num_cpus=node_cores(), include_dashboard=False, log_to_driver=False)
-    serve.start(http_options={"host": "127.0.0.1", "port": args.port})
-    try:
+    with local_serve(args.port):
         serve.run(build_app_from_config(cfg), name="specserve", route_prefix="/")
         result = asyncio.run(measure(f"http://127.0.0.1:{args.port}",
                                      cfg.model.served_model_name, args.duration))
-    finally:
-        serve.shutdown()
-        ray.shutdown()
     result["predictions"] = predictions(result)
     print_table(result)
     if args.json:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -34,6 +35,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 
@@ -168,6 +170,27 @@ def base_config(args: argparse.Namespace) -> SpecserveConfig:
     return base.model_copy(update={"server": base.server.model_copy(update={"port": args.port})})
 
 
+@contextlib.contextmanager
+def local_serve(port: int) -> Iterator[None]:
+    """A local Ray cluster (one CPU per core, the node environment `specserve serve` sets) with
+    Serve's HTTP proxy on 127.0.0.1:`port`, for a benchmark's applications; both shut down on
+    exit."""
+    import ray
+    from ray import serve
+
+    from core import use_ray_node_env
+    from deployments.cores import node_cores
+
+    use_ray_node_env()
+    ray.init(num_cpus=node_cores(), include_dashboard=False, log_to_driver=False)
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    try:
+        yield
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -202,9 +225,6 @@ def main(argv: list[str] | None = None) -> int:
     if not methods:
         print("no speculator available", file=sys.stderr)
         return 2
-    import ray
-    from ray import serve
-
     from deployments.cores import node_cores
 
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request otherwise
@@ -212,8 +232,6 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
     decision = measure_decision_latency(base)
     print(f"route decision in-process: {decision}", flush=True)
-    ray.init(num_cpus=node_cores(), include_dashboard=False, log_to_driver=False)
-    serve.start(http_options={"host": "127.0.0.1", "port": args.port})
     results: dict = {"command": " ".join(["python -m bench.run", *(argv or sys.argv[1:])]),
                      "machine": _machine(), "args": {k: str(v) for k, v in vars(args).items()},
                      "slo": {"ttft_ms": args.ttft_slo_ms, "tpot_ms": args.tpot_slo_ms},
@@ -231,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         _save(results, out)
         return cells, extra
 
-    try:
+    with local_serve(args.port):
         measure(App(vanilla_n, speculator_config(base, first, (budget, 0), args.eager),
                     {vanilla_n: "auto"}), None)
         rates = results["poisson_rates_req_s"]
@@ -254,9 +272,6 @@ def main(argv: list[str] | None = None) -> int:
             name = f"vllm-switch-x{budget}"
             measure(App(name, speculator_config(base, first, (0, budget), args.eager, schedule),
                         {name: "auto"}), rates)
-    finally:
-        serve.shutdown()
-        ray.shutdown()
     results["wall_s"] = round(time.perf_counter() - t_start, 1)
     _save(results, out)
     print(f"results: {out}/report.md ({results['wall_s']:.0f} s)")
