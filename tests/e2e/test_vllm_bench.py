@@ -51,9 +51,11 @@ def test_vllm_bench_serve_prints_the_speculative_pools_acceptance(client, server
     drafted = after["num_draft_tokens"] - before["num_draft_tokens"]
     accepted = after["num_accepted_tokens"] - before["num_accepted_tokens"]
     assert result["spec_decode_draft_tokens"] > 0 and drafted > 0
-    # vLLM's client read /metrics as its last response came back, the pools' last push (every
-    # 0.5 s) possibly not yet in: it may lag the settled counters, never lead them.
-    assert 0.7 * drafted <= result["spec_decode_draft_tokens"] <= drafted
+    # vLLM's client read /metrics as its last response came back, the pools' last pushes (every
+    # 0.5 s) possibly not yet in: it may lag the settled counters, never lead them (seen on a
+    # loaded machine: 376 of 1,056 draft tokens), so its acceptance rate, a ratio over the same
+    # window, is what must agree.
+    assert 0 < result["spec_decode_draft_tokens"] <= drafted
     assert result["spec_decode_accepted_tokens"] <= accepted
     assert abs(result["spec_decode_acceptance_rate"] - 100 * accepted / drafted) < 10
     # its mean acceptance length is 1 + accepted / drafts (vLLM's definition, DESIGN.md §2)
