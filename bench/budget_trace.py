@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import logging
 import random
@@ -48,9 +49,9 @@ import httpx
 
 from bench.budget_report import AUTOSCALED, static_systems, write_report
 from bench.client import Sample, stream_request
-from bench.loadgen import closed_loop
 from bench.run import (add_serving_arguments, base_config, local_serve, reap_new_engines,
                        speculator_config, vllm_pids)
+from bench.serve_client import warm_up
 from bench.summary import Slo, percentile
 from bench.workload import jobs
 from core import SpecserveConfig
@@ -278,9 +279,8 @@ def _record(sample: Sample) -> dict:
 async def _warm(url: str, model: str, n: int) -> None:
     """`n` mixed requests per route on the pools the app runs: shapes compiled, acceptance
     learned, step times sampled (the autoscaler's split needs both pools' curves)."""
-    async with httpx.AsyncClient(base_url=url, timeout=600) as client:
-        for route in ("auto", "vanilla", "speculative"):
-            await closed_loop(client, jobs("mixed", model, 99, route), 2, n)
+    for route in ("auto", "vanilla", "speculative"):
+        await warm_up(url, model, list(itertools.islice(jobs("mixed", model, 99, route), n)), 2)
 
 
 def parser() -> argparse.ArgumentParser:

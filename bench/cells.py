@@ -1,18 +1,20 @@
 """The measurements `python -m bench.run` makes on one running application: the cells of every
-system (code at concurrency 1, the mixed closed-loop sweep, Poisson rates, the machine cell), the
-router's overhead against the stock ingress, and the in-process cost of one route decision.
+system (code at concurrency 1, the mixed closed-loop sweep, Poisson rates, the machine cell), each
+sent and measured by vLLM's benchmark client (bench/serve_client.py); the router's overhead against
+the stock ingress; and the in-process cost of one route decision.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 
 import httpx
 
-from bench.loadgen import closed_loop, poisson
-from bench.summary import Slo, percentile, summarize
-from bench.workload import jobs
+from bench.serve_client import Load, run_cell, sample_requests, warm_up
+from bench.summary import Slo, percentile
+from bench.workload import Job, jobs
 from core import SpecserveConfig
 
 RATE_FRACTIONS = (0.3, 0.6, 0.9)  # Poisson rates as fractions of vanilla's measured capacity
@@ -27,61 +29,68 @@ def alternating(model: str, seed: int, routes: tuple[str, ...]):
             yield next(s)
 
 
-async def measure_app(url: str, app, args, rates: list[float] | None,
-                      model: str, machine: bool = False) -> dict:
-    """Runs every cell for every system of `app` (a `bench.run.App`); returns
-    {cell: {system: summary}}.
+async def measure_app(url: str, app, args, rates: list[float] | None, model: str, tokenizer,
+                      machine: bool = False) -> dict:
+    """Runs every cell for every system of `app` (a `bench.run.App`), the systems one after the
+    other within each cell; returns {cell: {system: figures}} (`bench.serve_client.run_cell`).
 
     Args:
         rates: Poisson rates (req/s); None: fractions of the first system's measured capacity
             (returned under "poisson_rates_req_s").
+        tokenizer: the target's tokenizer (vLLM's client counts prompts and outputs with it).
         machine: also the "machine@c<N>" cell at `--machine-concurrency`: every request on the
             vanilla pool ("one-pool") against requests alternating between both ("both-pools").
     """
     slo = Slo(args.ttft_slo_ms / 1000, args.tpot_slo_ms / 1000)
     cells: dict[str, dict] = {}
-    limits = httpx.Limits(max_connections=1024, max_keepalive_connections=1024)
-    async with httpx.AsyncClient(base_url=url, timeout=900, limits=limits) as client:
-        for name, route in app.systems.items():  # warm-up: compile shapes, learn acceptance
-            await closed_loop(client, jobs("mixed", model, 99, route), 4, args.warmup)
 
-        async def cell(key: str, run) -> None:
-            for i, (name, route) in enumerate(app.systems.items()):
-                samples, wall = await run(route, i)
-                cells.setdefault(key, {})[name] = summarize(samples, wall, slo)
-                print(f"{key:>14} {name:>24}: {_line(cells[key][name])}", flush=True)
+    async def send(source, n: int, load: Load) -> dict:
+        batch: list[Job] = list(itertools.islice(source, n))
+        return await run_cell(url, model, sample_requests(batch, tokenizer), load, slo,
+                              tokenizer, [j.task for j in batch])
 
-        await cell("code@c1", lambda route, i: closed_loop(
-            client, jobs("code", model, 1, route), 1, args.code_requests))
-        for c in args.concurrency:
-            n = max(args.min_requests, args.requests_per_slot * c)
-            await cell(f"mixed@c{c}", lambda route, i, c=c, n=n: closed_loop(
-                client, jobs("mixed", model, 2 + c, route), c, n))
-        if machine:
-            c = args.machine_concurrency
-            n = max(args.min_requests, args.requests_per_slot * c)
-            for name, routes in (("one-pool", ("vanilla",)),
-                                 ("both-pools", ("vanilla", "speculative"))):
-                samples, wall = await closed_loop(client, alternating(model, 70, routes), c, n)
-                cells.setdefault(f"machine@c{c}", {})[name] = summarize(samples, wall, slo)
-                print(f"machine@c{c:<6} {name:>24}: {_line(cells[f'machine@c{c}'][name])}",
-                      flush=True)
-        if rates is None:  # fractions of the first system's capacity, measured by the sweep
-            first = next(iter(app.systems))
-            capacity = max(cells[f"mixed@c{c}"][first]["requests"] /
-                           cells[f"mixed@c{c}"][first]["wall_s"] for c in args.concurrency)
-            rates = [round(f * capacity, 2) for f in RATE_FRACTIONS]
-            cells["poisson_rates_req_s"] = rates
-        for j, rate in enumerate(rates):
-            await cell(f"poisson@{rate:.2f}", lambda route, i, rate=rate, j=j: poisson(
-                client, jobs("mixed", model, 50 + j, route), rate, args.poisson_requests, seed=j))
+    for route in app.systems.values():  # warm-up: compile shapes, learn acceptance
+        await warm_up(url, model, list(itertools.islice(jobs("mixed", model, 99, route),
+                                                        args.warmup)), 4)
+
+    async def cell(key: str, make) -> None:
+        for name, route in app.systems.items():
+            cells.setdefault(key, {})[name] = await make(route)
+            print(f"{key:>14} {name:>24}: {_line(cells[key][name])}", flush=True)
+
+    await cell("code@c1", lambda route: send(jobs("code", model, 1, route), args.code_requests,
+                                             Load(concurrency=1)))
+    for c in args.concurrency:
+        n = max(args.min_requests, args.requests_per_slot * c)
+        await cell(f"mixed@c{c}", lambda route, c=c, n=n: send(
+            jobs("mixed", model, 2 + c, route), n, Load(concurrency=c)))
+    if machine:
+        c = args.machine_concurrency
+        n = max(args.min_requests, args.requests_per_slot * c)
+        for name, routes in (("one-pool", ("vanilla",)),
+                             ("both-pools", ("vanilla", "speculative"))):
+            got = await send(alternating(model, 70, routes), n, Load(concurrency=c))
+            cells.setdefault(f"machine@c{c}", {})[name] = got
+            print(f"machine@c{c:<6} {name:>24}: {_line(got)}", flush=True)
+    if rates is None:  # fractions of the first system's capacity, measured by the sweep
+        first = next(iter(app.systems))
+        capacity = max(cells[f"mixed@c{c}"][first]["requests"] /
+                       cells[f"mixed@c{c}"][first]["wall_s"] for c in args.concurrency)
+        rates = [round(f * capacity, 2) for f in RATE_FRACTIONS]
+        cells["poisson_rates_req_s"] = rates
+    for j, rate in enumerate(rates):
+        await cell(f"poisson@{rate:.2f}", lambda route, rate=rate, j=j: send(
+            jobs("mixed", model, 50 + j, route), args.poisson_requests,
+            Load(rate_req_s=rate, seed=j)))
     return cells
 
 
 def _line(s: dict) -> str:
+    acc = s["acceptance"]
     return (f"{s['output_tok_s']:8.1f} tok/s  TTFT p50 {s['ttft_p50_ms']} ms  TPOT p50 "
             f"{s['tpot_p50_ms']} p99 {s['tpot_p99_ms']} ms  goodput {s['goodput_req_s']} req/s  "
-            f"errors {s['errors']}  routes {s['route_mix']}")
+            f"errors {s['errors']}  routes {s['route_mix']}  acceptance "
+            f"{acc['mean_acceptance_length'] if acc else '-'}  cores {s['cpu']}")
 
 
 async def measure_overhead(url: str, model: str, n: int, concurrency: int = 1) -> dict:

@@ -21,60 +21,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
 import httpx
-import psutil
 
 from bench.client import Sample, stream_request
+from bench.machine import busy_cores, cpu_seconds
 from core import DEFAULT_CONFIG_PATH, SpecserveConfig
 
 PROMPT = "def binary_search(items, target):\n    "
 MAX_TOKENS = 64
 ALONE = {"vanilla": (1, 2, 4, 5, 8, 9), "speculative": (1, 2, 4, 5, 8, 9)}
 JOINT = ((1, 1), (4, 1), (8, 1), (1, 4), (4, 4))  # (vanilla streams, speculative streams)
-
-
-def process_class(proc: psutil.Process) -> str | None:
-    """Which part of the serving stack a process is: "engines" (vLLM's EngineCore/Worker),
-    "pool replicas" (the LLMServer processes: tokenising, detokenising, streaming), "router",
-    "proxy" (Serve's HTTP proxy), "ray" (GCS, raylet, Serve controller and other Ray daemons),
-    "client" (this benchmark); None for the rest of the machine."""
-    try:
-        name, cmd = proc.name(), " ".join(proc.cmdline())
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return None
-    if name.startswith("VLLM::") or "VLLM::" in cmd:
-        return "engines"
-    if "ServeReplica:" in cmd or "ServeReplica:" in name:
-        return "router" if ":router" in cmd + name else "pool replicas"
-    if "ProxyActor" in cmd + name:
-        return "proxy"
-    if proc.pid == os.getpid():
-        return "client"
-    if any(k in cmd + name for k in ("raylet", "gcs_server", "ray::", "ServeController",
-                                     "dashboard", "log_monitor", "runtime_env")):
-        return "ray"
-    return None
-
-
-def cpu_seconds() -> dict[str, float]:
-    """CPU seconds (user + system) used so far by each `process_class`, over live processes."""
-    out: dict[str, float] = {}
-    for proc in psutil.process_iter():
-        kind = process_class(proc)
-        if kind is None:
-            continue
-        try:
-            t = proc.cpu_times()
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-        out[kind] = out.get(kind, 0.0) + t.user + t.system
-    return out
 
 
 async def run_cell(client: httpx.AsyncClient, model: str, streams: dict[str, int],
@@ -107,8 +68,7 @@ async def run_cell(client: httpx.AsyncClient, model: str, streams: dict[str, int
         pool: {"tok_s": round(sum(s.completion_tokens for s in got) / wall, 1),
                "tpot_ms": round(1000 * statistics.median(s.tpot_s for s in got), 2),
                "requests": len(got)} for pool, got in samples.items()}
-    out["cpu"] = {kind: round((cpu1[kind] - cpu0.get(kind, 0.0)) / wall, 2)
-                  for kind in sorted(cpu1)}
+    out["cpu"] = busy_cores(cpu0, cpu1, wall)
     return out
 
 

@@ -1,10 +1,45 @@
-"""The benchmark's markdown report and PNG plots, from `bench.run`'s results dict."""
+"""The benchmark's markdown report and PNG plots, from `bench.run`'s results dict.
+
+Every cell holds one figures dict per round (`results["cells"][cell][system]` is a list). A figure
+is reported as its median over the rounds with the min-max range in brackets; a ratio between two
+systems is taken round by round (the two ran in the same round) and reported the same way. A
+target counts as met only when the whole range clears it ("met"), as missed when the whole range
+falls short ("missed"), and as "open" when the range straddles it.
+"""
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 TASKS = ("code", "math", "extraction", "chat", "creative")
+SPREAD_TARGET = 0.10  # a repeated cell's range within ±10% of its median (issue 28)
+
+
+def median(runs: list[dict], key: str) -> float | None:
+    """The median of `key` over the rounds that have it (None: none has)."""
+    values = [r[key] for r in runs if r.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def spread(values: list[float]) -> tuple[float, float, float]:
+    """(median, min, max) of `values` (at least one)."""
+    return statistics.median(values), min(values), max(values)
+
+
+def fmt(values: list[float], digits: int = 0) -> str:
+    """"median [min-max]" (just the value for one round)."""
+    m, lo, hi = spread(values)
+    if len(values) == 1:
+        return f"{m:.{digits}f}"
+    return f"{m:.{digits}f} [{lo:.{digits}f}-{hi:.{digits}f}]"
+
+
+def verdict(ratios: list[float], target: float) -> str:
+    """"met" when every round clears `target`, "missed" when none does, else "open"."""
+    if min(ratios) >= target:
+        return "met"
+    return "missed" if max(ratios) < target else "open"
 
 
 def write_report(results: dict, out: Path) -> None:
@@ -15,10 +50,14 @@ def write_report(results: dict, out: Path) -> None:
                                  for s in row))
     sweep = sorted((int(k.split("@c")[1]), k) for k in cells if k.startswith("mixed@c"))
     rates = [k for k in cells if k.startswith("poisson@")]
-    lines = [f"# specserve benchmark", "",
+    rounds = max((len(runs) for row in cells.values() for runs in row.values()), default=0)
+    starts = ", ".join(f"{k} {fmt(v['start_s'])} s" for k, v in results["apps"].items())
+    lines = ["# specserve benchmark", "",
              f"Command: `{results['command']}`  ", f"Machine: {results['machine']}  ",
-             f"Wall time: {results.get('wall_s', 0):.0f} s; application start times: "
-             + ", ".join(f"{k} {v['start_s']} s" for k, v in results["apps"].items()) + "  ",
+             f"Client: {results.get('client', 'own')}; engines: "
+             f"{results.get('engines', 'see command')}; rounds: {rounds} (figures: median "
+             f"[min-max] over the rounds; ratios taken round by round)  ",
+             f"Wall time: {results.get('wall_s', 0):.0f} s; application start times: {starts}  ",
              f"SLO for goodput: TTFT ≤ {results['slo']['ttft_ms']:.0f} ms and TPOT ≤ "
              f"{results['slo']['tpot_ms']:.0f} ms.", "",
              "## Targets (equal accelerator budget)", ""]
@@ -29,14 +68,13 @@ def write_report(results: dict, out: Path) -> None:
     for c, key in sweep:
         row = cells[key]
         lines.append(f"| {c} | " + " | ".join(
-            f"{row[s]['output_tok_s']:.0f} ({row[s]['tpot_p50_ms']} / {row[s]['tpot_p99_ms']})"
-            if s in row else "-" for s in systems) + " |")
+            f"{_fig(row[s], 'output_tok_s')} ({median(row[s], 'tpot_p50_ms')} / "
+            f"{median(row[s], 'tpot_p99_ms')})" if s in row else "-" for s in systems) + " |")
     if "code@c1" in cells:
-        row = cells["code@c1"]
         lines += ["", "## Code prompts at concurrency 1", "", "| system | tok/s | TTFT p50 ms | "
                   "TPOT p50 ms | route mix |", "|---|---|---|---|---|"]
-        lines += [f"| {s} | {r['output_tok_s']:.0f} | {r['ttft_p50_ms']} | {r['tpot_p50_ms']} | "
-                  f"{r['route_mix']} |" for s, r in row.items()]
+        lines += [f"| {s} | {_fig(r, 'output_tok_s')} | {median(r, 'ttft_p50_ms')} | "
+                  f"{median(r, 'tpot_p50_ms')} | {_mix(r)} |" for s, r in cells["code@c1"].items()]
     if rates:
         lines += ["", "## Poisson arrivals, mixed workload: goodput req/s (SLO attainment, "
                   "TTFT p99 ms, TPOT p99 ms)", "",
@@ -44,43 +82,85 @@ def write_report(results: dict, out: Path) -> None:
         for key in rates:
             row = cells[key]
             lines.append(f"| {key.split('@')[1]} | " + " | ".join(
-                f"{row[s]['goodput_req_s']} ({row[s]['slo_attainment']:.0%}, "
-                f"{row[s]['ttft_p99_ms']}, {row[s]['tpot_p99_ms']})" if s in row else "-"
-                for s in systems) + " |")
+                f"{_fig(row[s], 'goodput_req_s', 2)} ({median(row[s], 'slo_attainment'):.0%}, "
+                f"{median(row[s], 'ttft_p99_ms')}, {median(row[s], 'tpot_p99_ms')})"
+                if s in row else "-" for s in systems) + " |")
     for key in (k for k in cells if k.startswith("machine@")):
         lines += ["", f"## The machine with one pool busy vs both ({key}, mixed workload)", "",
                   "| system | tok/s | TPOT p50 / p99 ms | route mix |", "|---|---|---|---|"]
-        lines += [f"| {s} | {r['output_tok_s']:.0f} | {r['tpot_p50_ms']} / {r['tpot_p99_ms']} | "
-                  f"{r['route_mix']} |" for s, r in cells[key].items()]
+        lines += [f"| {s} | {_fig(r, 'output_tok_s')} | {median(r, 'tpot_p50_ms')} / "
+                  f"{median(r, 'tpot_p99_ms')} | {_mix(r)} |" for s, r in cells[key].items()]
+    lines += _cpu(cells)
+    lines += _spreads(cells)
     lines += _speedup_curve(results.get("speedup_curve"))
-    lines += ["", "## Routed: route mix per cell", ""]
-    lines += [f"- {key}: {row['routed']['route_mix']}" for key, row in cells.items()
-              if "routed" in row]
-    lines += ["", "## Acceptance per task type (all cells of the system)", "",
-              "| system | task | α per position | mean acceptance length | steps |",
-              "|---|---|---|---|---|"]
-    for s in systems:
-        for task, a in _acceptance(cells, s).items():
-            lines.append(f"| {s} | {task} | {' / '.join(f'{x:.2f}' for x in a['alpha'])} | "
-                         f"{a['mean_acceptance_length']:.2f} | {a['steps']} |")
-    errors = {f"{k}/{s}": r["first_error"] for k, row in cells.items() for s, r in row.items()
-              if r["errors"]}
+    lines += ["", "## Routed: route mix per cell (all rounds; by task: speculative / vanilla)", ""]
+    lines += [f"- {key}: {_mix(row['routed'])}; {_mix_by_task(row['routed'])}"
+              for key, row in cells.items() if "routed" in row]
+    lines += ["", "## Acceptance (vLLM's client, from `vllm:spec_decode_*` before and after each "
+              "cell): mean acceptance length (acceptance rate %)", "",
+              "| cell | " + " | ".join(systems) + " |", "|---|" + "---|" * len(systems)]
+    for key, row in cells.items():
+        lines.append(f"| {key} | " + " | ".join(_acceptance(row.get(s, [])) for s in systems)
+                     + " |")
+    errors = {f"{k}/{s}": r["first_error"] for k, row in cells.items() for s, runs in row.items()
+              for r in runs if r["errors"]}
     lines += ["", "## Errors", ""] + ([f"- {k}: {e}" for k, e in errors.items()] or ["none"])
     (out / "report.md").write_text("\n".join(lines) + "\n")
     _plots(cells, systems, sweep, out)
 
 
+def _fig(runs: list[dict], key: str, digits: int = 0) -> str:
+    values = [r[key] for r in runs if r.get(key) is not None]
+    return fmt(values, digits) if values else "-"
+
+
+def _mix(runs: list[dict]) -> dict:
+    """Requests per route summed over the rounds."""
+    out: dict[str, int] = {}
+    for r in runs:
+        for route, n in r["route_mix"].items():
+            out[route] = out.get(route, 0) + n
+    return out
+
+
+def _mix_by_task(runs: list[dict]) -> str:
+    tasks: dict[str, list[int]] = {}
+    for r in runs:
+        for task, mix in r.get("route_mix_by_task", {}).items():
+            t = tasks.setdefault(task, [0, 0])
+            t[0] += mix.get("speculative", 0)
+            t[1] += mix.get("vanilla", 0)
+    return ", ".join(f"{task} {s}/{v}" for task, (s, v) in sorted(tasks.items()))
+
+
+def _acceptance(runs: list[dict]) -> str:
+    got = [r["acceptance"] for r in runs if r.get("acceptance")]
+    if not got:
+        return "-"
+    return (f"{fmt([a['mean_acceptance_length'] for a in got], 2)} "
+            f"({statistics.median(a['acceptance_rate'] for a in got):.0f}%)")
+
+
 def _ratio(row: dict, a: str, bs: list[str], key: str = "output_tok_s"):
-    """(row[a] / the best of row[bs], that best's name), or None when a system is missing."""
-    others = [(row[b][key], b) for b in bs if b in row]
+    """Round-by-round ratios of `a` to the best of `bs` by median, and that best's name; None
+    when a system is missing."""
+    others = [(median(row[b], key) or 0.0, b) for b in bs if b in row]
     if a not in row or not others:
         return None
-    best = max(others)
-    return (row[a][key] / best[0] if best[0] else float("inf")), best[1]
+    best = max(others)[1]
+    return [x[key] / y[key] if y[key] else float("inf")
+            for x, y in zip(row[a], row[best])], best
+
+
+def _target(ratios: list[float], target: float) -> str:
+    """"**median x** [min-max] (verdict vs ≥ target" (the caller closes the parenthesis)."""
+    m, lo, hi = spread(ratios)
+    rng = f" [{lo:.2f}-{hi:.2f}]" if len(ratios) > 1 else ""
+    return f"**{m:.2f}x**{rng} ({verdict(ratios, target)} vs ≥ {target}"
 
 
 def _targets(results, cells, sweep, rates) -> list[str]:
-    """The targets at an equal accelerator budget, each with its ratio measured in this run."""
+    """The targets at an equal accelerator budget, each with its ratios measured in this run."""
     out = []
     n = results.get("budget", 2)
     singles = [s for s in dict.fromkeys(s for row in cells.values() for s in row)
@@ -88,32 +168,26 @@ def _targets(results, cells, sweep, rates) -> list[str]:
     forced = ["forced-vanilla", "forced-speculative"]
     for key, row in cells.items():
         if key.startswith("machine@") and {"one-pool", "both-pools"} <= set(row):
-            r = row["both-pools"]["output_tok_s"] / row["one-pool"]["output_tok_s"]
+            r = [b["output_tok_s"] / a["output_tok_s"]
+                 for a, b in zip(row["one-pool"], row["both-pools"])]
             out.append(f"- {key}: machine tok/s with both pools busy / one pool alone = "
-                       f"**{r:.2f}x** (target ≥ 1.6)")
+                       f"{_target(r, 1.5)})")
     for c, key in sweep:
         own = _ratio(cells[key], "routed", forced)
         eq = _ratio(cells[key], "routed", singles)
-        if own:
-            want = "≥ 1.3 (from 16 up)" if c >= 16 else "≥ 0.95"
-            out.append(f"- mixed c{c}: routed / better own pool = **{own[0]:.2f}x** ({own[1]}, "
-                       f"target {want}); routed / best at equal budget = "
-                       f"**{eq[0]:.2f}x** ({eq[1]}, target "
-                       f"{'≥ 0.95' if c <= 16 else 'report'})" if eq else "")
+        if own and eq:
+            out.append(f"- mixed c{c}: routed / better own pool = {_target(own[0], 0.95)}, "
+                       f"{own[1]}); routed / best at equal budget = {_target(eq[0], 0.95)}, "
+                       f"{eq[1]})")
     for key in rates:
         eq = _ratio(cells[key], "routed", singles, "goodput_req_s")
         if eq:
-            out.append(f"- {key}: routed goodput / best at equal budget = **{eq[0]:.2f}x** "
-                       f"({eq[1]}, target ≥ 0.95)")
-    best = max((_ratio(cells[k], "routed", singles) or (0, "")) + (k,) for _, k in sweep) \
-        if sweep else None
-    if best:
-        out.append(f"- best level of the mixed workload: routed / best at equal budget = "
-                   f"**{best[0]:.2f}x** at {best[2]} (target ≥ 1.15 somewhere)")
+            out.append(f"- {key}: routed goodput / best at equal budget = "
+                       f"{_target(eq[0], 0.95)}, {eq[1]})")
     code = _ratio(cells.get("code@c1", {}), "routed", [f"vanilla-x{n}"])
     if code:
         out.append(f"- code prompts, concurrency 1: routed / vanilla-x{n} tok/s = "
-                   f"**{code[0]:.2f}x** (target ≥ 2.0)")
+                   f"{_target(code[0], 2.0)})")
     if results.get("decision_latency"):
         d = results["decision_latency"]
         out.append(f"- route decision in-process (features + classifier + policy, {d['decisions']} "
@@ -126,7 +200,49 @@ def _targets(results, cells, sweep, rates) -> list[str]:
                    f"(target p99 < 2 ms); latencies specserve p50/p99 {o['specserve_p50_ms']}/"
                    f"{o['specserve_p99_ms']} ms, stock {o['direct_p50_ms']}/"
                    f"{o['direct_p99_ms']} ms")
-    return [line for line in out if line]
+    return out
+
+
+def _cpu(cells: dict) -> list[str]:
+    """Cores each part of the stack kept busy per cell and system (median over rounds)."""
+    kinds = sorted({k for row in cells.values() for runs in row.values() for r in runs
+                    for k in r.get("cpu", {})})
+    if not kinds:
+        return []
+    out = ["", "## Cores busy per part of the stack (CPU s / wall s, median over rounds)", "",
+           "| cell | system | " + " | ".join(kinds) + " | load avg 1 min |",
+           "|---|---|" + "---|" * (len(kinds) + 1)]
+    for key, row in cells.items():
+        for s, runs in row.items():
+            cpu = [r.get("cpu", {}) for r in runs]
+            out.append(f"| {key} | {s} | " + " | ".join(
+                f"{statistics.median(c.get(k, 0.0) for c in cpu):.2f}" for k in kinds)
+                + f" | {median(runs, 'load_avg_1m')} |")
+    return out
+
+
+def _spreads(cells: dict) -> list[str]:
+    """Per system, the widest tok/s range (largest distance from the median, in % of it) over
+    the cells it repeated; cells beyond ±10% listed."""
+    widest: dict[str, tuple[float, str]] = {}
+    beyond = []
+    for key, row in cells.items():
+        for s, runs in row.items():
+            values = [r["output_tok_s"] for r in runs]
+            if len(values) < 2 or not statistics.median(values):
+                continue
+            m, lo, hi = spread(values)
+            w = max(hi - m, m - lo) / m
+            if w > widest.get(s, (-1.0, ""))[0]:
+                widest[s] = (w, key)
+            if w > SPREAD_TARGET + 1e-9:
+                beyond.append(f"{key}/{s} ±{w:.0%}")
+    if not widest:
+        return []
+    return ["", f"## Spread of repeated cells (tok/s; target within ±{SPREAD_TARGET:.0%} of the "
+                "median)", "", "Widest per system: " + ", ".join(
+                    f"{s} ±{w:.0%} ({key})" for s, (w, key) in widest.items()),
+            "", "Beyond the target: " + (", ".join(beyond) or "none")]
 
 
 def _speedup_curve(curve: dict | None) -> list[str]:
@@ -149,22 +265,6 @@ def _speedup_curve(curve: dict | None) -> list[str]:
     return out
 
 
-def _acceptance(cells: dict, system: str) -> dict:
-    """Per task: the step-weighted mean of each cell's α and mean acceptance length."""
-    acc: dict[str, dict] = {}
-    for row in cells.values():
-        for task, a in row.get(system, {}).get("acceptance", {}).items():
-            t = acc.setdefault(task, {"alpha": [0.0] * len(a["alpha"]), "len": 0.0, "steps": 0})
-            if len(t["alpha"]) != len(a["alpha"]):
-                continue
-            t["alpha"] = [x + y * a["steps"] for x, y in zip(t["alpha"], a["alpha"])]
-            t["len"] += a["mean_acceptance_length"] * a["steps"]
-            t["steps"] += a["steps"]
-    return {task: {"alpha": [x / t["steps"] for x in t["alpha"]],
-                   "mean_acceptance_length": t["len"] / t["steps"], "steps": t["steps"]}
-            for task, t in sorted(acc.items()) if t["steps"]}
-
-
 def _plots(cells, systems, sweep, out: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -174,8 +274,8 @@ def _plots(cells, systems, sweep, out: Path) -> None:
                                 ("tpot_p99_ms", "tpot_p99.png", "TPOT p99 (ms)")):
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for s in systems:
-            pts = [(c, cells[k][s][metric]) for c, k in sweep
-                   if s in cells[k] and cells[k][s][metric] is not None]
+            pts = [(c, median(cells[k][s], metric)) for c, k in sweep
+                   if s in cells[k] and median(cells[k][s], metric) is not None]
             if pts:
                 ax.plot(*zip(*pts), marker="o", label=s)
         ax.set_xscale("log", base=2)
@@ -193,8 +293,8 @@ def _plots(cells, systems, sweep, out: Path) -> None:
         others = [s for s in systems if s != base and s in row]
         width = 0.8 / max(len(others), 1)
         for i, s in enumerate(others):
-            ys = [(row[base]["tpot_p50_ms_by_task"].get(t) or 0) /
-                  (row[s]["tpot_p50_ms_by_task"].get(t) or float("inf")) for t in TASKS]
+            ys = [(_by_task(row[base], t) or 0) / (_by_task(row[s], t) or float("inf"))
+                  for t in TASKS]
             ax.bar([j + i * width for j in range(len(TASKS))], ys, width, label=s)
         ax.axhline(1.0, color="black", lw=0.8)
         ax.set_xticks([j + width * (len(others) - 1) / 2 for j in range(len(TASKS))], TASKS)
@@ -203,3 +303,10 @@ def _plots(cells, systems, sweep, out: Path) -> None:
         fig.tight_layout()
         fig.savefig(out / "speedup_by_task.png", dpi=110)
         plt.close(fig)
+
+
+def _by_task(runs: list[dict], task: str) -> float | None:
+    """Median over rounds of a task's TPOT p50 (ms)."""
+    values = [r["tpot_p50_ms_by_task"][task] for r in runs
+              if r["tpot_p50_ms_by_task"].get(task) is not None]
+    return statistics.median(values) if values else None

@@ -1,11 +1,13 @@
 """`python -m bench.run`: routed vs every single configuration, at the same accelerator budget.
 
-    python -m bench.run [--out DIR] [--methods ngram draft_model ...] [--quick] [--eager]
+    python -m bench.run [--out DIR] [--methods ngram draft_model ...] [--repeats 3] [--quick]
+                        [--eager]
 
 Every system gets the same accelerators: `--budget` replicas of one accelerator each (on CPU a
 replica owns one core, deployments/cores.py; default: this machine's cores). One application at a
-time on a local Ray, driven through the real HTTP endpoint with streamed requests
-(bench/workload.py, bench/loadgen.py):
+time on a local Ray, driven through the real HTTP endpoint by vLLM's benchmark client
+(`vllm.benchmarks.serve`, what `vllm bench serve` runs; bench/serve_client.py) with the project's
+labeled prompts (bench/workload.py):
 1. "vanilla-xN": N vanilla replicas, no speculative pool;
 2. "speculative-<m>-xN": N speculative replicas, for each method in `--methods`;
 3. "routed" (the first method): the two pools split the budget (N - N//2 vanilla, N//2
@@ -18,7 +20,10 @@ time on a local Ray, driven through the real HTTP endpoint with streamed request
    (k up to the largest concurrency at which the first method beat vanilla in steps 1-2, 0 above).
 Cells: code prompts at concurrency 1; the mixed workload in a closed-loop sweep over
 `--concurrency`; the mixed workload at Poisson rates set to fractions of vanilla-xN's measured
-capacity. Output: `DIR/results.json`, `DIR/report.md`, `DIR/*.png`; the path is printed at the end.
+capacity. The whole sequence of applications runs `--repeats` times (rounds: every system is
+measured once per round, so drift over the run hits all alike); the report gives each figure's
+median and min-max over the rounds, and each ratio per round. Engines are compiled, as `make
+serve` runs them, unless `--eager`. Output: `DIR/results.json`, `DIR/report.md`, `DIR/*.png`; the path is printed at the end.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from typing import Iterator
 import httpx
 
 from bench.cells import measure_app, measure_decision_latency, measure_overhead
-from bench.report import write_report
+from bench.report import median, write_report
 from core import DEFAULT_CONFIG_PATH, SpecserveConfig, models_dir
 
 CHECKPOINTS = {"draft_model": "draft", "eagle3": "eagle3", "eagle": "eagle", "medusa": "medusa"}
@@ -93,7 +98,7 @@ def vllm_pids() -> set[int]:
     return {int(p) for p in out.split()}
 
 
-def run_app(app: App, args, rates, overhead: bool = False, machine: bool = False
+def run_app(app: App, args, rates, tokenizer, overhead: bool = False, machine: bool = False
             ) -> tuple[dict, dict | None, float]:
     """Starts `app`, measures it, deletes it; returns (cells, overhead, start seconds)."""
     from ray import serve
@@ -109,7 +114,7 @@ def run_app(app: App, args, rates, overhead: bool = False, machine: bool = False
     url = f"http://127.0.0.1:{args.port}"
     model = app.config.model.served_model_name
     try:
-        cells = asyncio.run(measure_app(url, app, args, rates, model, machine))
+        cells = asyncio.run(measure_app(url, app, args, rates, model, tokenizer, machine))
         extra = None
         if overhead:
             extra = {"speedup_curve": httpx.get(url + "/admin/speedup", timeout=30).json()}
@@ -140,12 +145,12 @@ def reap_new_engines(before: set[int]) -> None:
 
 
 def crossover(cells: dict, spec: str, vanilla: str, levels: list[int]) -> int:
-    """Largest concurrency at which `spec` out-produced `vanilla` in tok/s (0: none)."""
+    """Largest concurrency at which `spec` out-produced `vanilla` in median tok/s (0: none)."""
     best = 0
     for c in levels:
         row = cells.get(f"mixed@c{c}", {})
-        if spec in row and vanilla in row and (row[spec]["output_tok_s"]
-                                               > row[vanilla]["output_tok_s"]):
+        if spec in row and vanilla in row and (median(row[spec], "output_tok_s")
+                                               > median(row[vanilla], "output_tok_s")):
             best = c
     return best
 
@@ -210,14 +215,16 @@ def main(argv: list[str] | None = None) -> int:
     add_serving_arguments(p, warmup=8, ttft_slo_ms=1000.0,
                           warmup_help="warm-up requests per system")
     p.add_argument("--no-switch", action="store_true", help="skip vLLM's batch-size switch")
-    p.add_argument("--quick", action="store_true", help="a ~5 minute smoke run: 2 levels, "
-                   "few requests, first method only, eager engines")
+    p.add_argument("--repeats", type=int, default=3, help="rounds over every application")
+    p.add_argument("--quick", action="store_true", help="a ~10 minute smoke run: 2 levels, "
+                   "few requests, first method only, eager engines, one round")
     args = p.parse_args(argv)
     if args.quick:
         args.concurrency, args.requests_per_slot, args.min_requests = [1, 8], 1, 4
         args.code_requests, args.poisson_requests, args.overhead_requests = 4, 8, 32
         args.overhead_concurrency, args.machine_concurrency = 8, 8
         args.warmup, args.eager, args.methods = 2, True, args.methods[:1]
+        args.repeats = 1
     out = args.out or Path("bench/results") / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     out.mkdir(parents=True, exist_ok=True)
     base = base_config(args)
@@ -225,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     if not methods:
         print("no speculator available", file=sys.stderr)
         return 2
+    from vllm.tokenizers import get_tokenizer
+
+    from core import resolve_path
     from deployments.cores import node_cores
 
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request otherwise
@@ -235,43 +245,51 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"command": " ".join(["python -m bench.run", *(argv or sys.argv[1:])]),
                      "machine": _machine(), "args": {k: str(v) for k, v in vars(args).items()},
                      "slo": {"ttft_ms": args.ttft_slo_ms, "tpot_ms": args.tpot_slo_ms},
-                     "apps": {}, "cells": {}, "decision_latency": decision}
+                     "apps": {}, "cells": {}, "decision_latency": decision,
+                     "client": "vllm.benchmarks.serve", "repeats": args.repeats,
+                     "engines": "eager" if args.eager else "compiled"}
     results["budget"] = budget
+    tokenizer = get_tokenizer(resolve_path(base.model.path))
     first, k = methods[0], base.speculative.speculator.num_speculative_tokens
     vanilla_n, spec_n = f"vanilla-x{budget}", f"speculative-{first}-x{budget}"
 
     def measure(app: App, rates, **kw):
-        cells, extra, start_s = run_app(app, args, rates, **kw)
+        cells, extra, start_s = run_app(app, args, rates, tokenizer, **kw)
         if "poisson_rates_req_s" in cells:  # measured on this app
             results["poisson_rates_req_s"] = cells.pop("poisson_rates_req_s")
-        results["apps"][app.name] = {"start_s": round(start_s, 1), **app_info(app.config)}
+        results["apps"].setdefault(app.name, {"start_s": [], **app_info(app.config)})
+        results["apps"][app.name]["start_s"].append(round(start_s, 1))
         _merge(results["cells"], cells)
         _save(results, out)
         return cells, extra
 
+    split = (budget - budget // 2, budget // 2)
+    apps = [App(vanilla_n, speculator_config(base, first, (budget, 0), args.eager),
+                {vanilla_n: "auto"})]
+    apps += [App(f"speculative-{m}-x{budget}", speculator_config(base, m, (0, budget), args.eager),
+                 {f"speculative-{m}-x{budget}": "auto"}) for m in methods]
+    routed = App(f"routed-{split[0]}+{split[1]}", speculator_config(base, first, split, args.eager),
+                 {"routed": "auto", "forced-vanilla": "vanilla",
+                  "forced-speculative": "speculative"})
+    apps.append(routed)
     with local_serve(args.port):
-        measure(App(vanilla_n, speculator_config(base, first, (budget, 0), args.eager),
-                    {vanilla_n: "auto"}), None)
-        rates = results["poisson_rates_req_s"]
-        for m in methods:
-            name = f"speculative-{m}-x{budget}"
-            measure(App(name, speculator_config(base, m, (0, budget), args.eager),
-                        {name: "auto"}), rates)
-        split = (budget - budget // 2, budget // 2)
-        _, extra = measure(App(f"routed-{split[0]}+{split[1]}",
-                               speculator_config(base, first, split, args.eager),
-                               {"routed": "auto", "forced-vanilla": "vanilla",
-                                "forced-speculative": "speculative"}),
-                           rates, overhead=True, machine=True)
-        results["speedup_curve"] = extra.pop("speedup_curve")
-        results["overhead"] = extra if "requests" in extra else None
-        if not args.no_switch:
-            cut = crossover(results["cells"], spec_n, vanilla_n, args.concurrency)
-            top = base.speculative.max_num_seqs
-            schedule = [[1, cut, k], [cut + 1, top, 0]] if cut else [[1, top, 0]]
-            name = f"vllm-switch-x{budget}"
-            measure(App(name, speculator_config(base, first, (0, budget), args.eager, schedule),
-                        {name: "auto"}), rates)
+        for r in range(args.repeats):
+            print(f"round {r + 1} of {args.repeats}", flush=True)
+            for app in apps:
+                rates = results.get("poisson_rates_req_s")  # measured on vanilla in round 1
+                _, extra = measure(app, rates, overhead=app is routed and r == 0,
+                                   machine=app is routed)
+                if app is routed and r == 0:
+                    results["speedup_curve"] = extra.pop("speedup_curve")
+                    results["overhead"] = extra if "requests" in extra else None
+            if r == 0 and not args.no_switch:  # its schedule from round 1's crossover
+                cut = crossover(results["cells"], spec_n, vanilla_n, args.concurrency)
+                top = base.speculative.max_num_seqs
+                schedule = [[1, cut, k], [cut + 1, top, 0]] if cut else [[1, top, 0]]
+                name = f"vllm-switch-x{budget}"
+                apps.append(App(name, speculator_config(base, first, (0, budget), args.eager,
+                                                        schedule), {name: "auto"}))
+                measure(apps[-1], results["poisson_rates_req_s"])
     results["wall_s"] = round(time.perf_counter() - t_start, 1)
     _save(results, out)
     print(f"results: {out}/report.md ({results['wall_s']:.0f} s)")
@@ -287,8 +305,10 @@ def app_info(cfg: SpecserveConfig) -> dict:
 
 
 def _merge(into: dict, cells: dict) -> None:
+    """Adds one round's figures: into[cell][system] is the list of rounds."""
     for key, systems in cells.items():
-        into.setdefault(key, {}).update(systems)
+        for system, figures in systems.items():
+            into.setdefault(key, {}).setdefault(system, []).append(figures)
 
 
 def _save(results: dict, out: Path) -> None:

@@ -1,0 +1,194 @@
+"""One benchmark cell through vLLM's own load generator and metrics.
+
+Load comes from `vllm.benchmarks.serve.benchmark`, the function `vllm bench serve` runs: its
+request functions stream every request and time it, its arrival process sends the requests
+(`max_concurrency` slots with every request queued at once for a closed loop; exponential gaps
+for a Poisson rate, seeded through numpy's global RNG as `vllm bench serve --seed` does), and its
+`calculate_metrics` gives throughput, TTFT / TPOT / ITL percentiles and goodput (DistServe's: a
+request is good when TTFT and TPOT are within the SLO). Its acceptance figures come from the
+`vllm:spec_decode_*` series of the server's `/metrics` before and after the run.
+
+What vLLM's client lacks, and specserve adds here:
+- **both OpenAI endpoints in one run**: `benchmark` takes one endpoint type; the mixed workload
+  sends code completions to `/v1/completions` and chat prompts to `/v1/chat/completions`, so the
+  request function (`openai_request`) picks vLLM's completions or chat function per request;
+- **the route**: each request's `route` and `temperature` ride in `SampleRequest.request_overrides`
+  (vLLM merges them into the body);
+- **the route mix**: `specserve_requests_total{route, task}` read from `/metrics` before and after;
+- **where the CPU went**: cores kept busy per part of the stack (bench/machine.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import math
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable
+
+import httpx
+import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
+from vllm.benchmarks.datasets import SampleRequest
+from vllm.benchmarks.lib.endpoint_request_func import (ASYNC_REQUEST_FUNCS, RequestFuncInput,
+                                                       RequestFuncOutput,
+                                                       async_request_openai_chat_completions,
+                                                       async_request_openai_completions)
+from vllm.benchmarks.serve import TaskType, benchmark
+
+from bench.machine import busy_cores, cpu_seconds
+from bench.summary import Slo, percentile
+from bench.workload import Job
+
+ENDPOINT_TYPE = "specserve-openai"
+COMPLETIONS, CHAT = "/v1/completions", "/v1/chat/completions"
+PERCENTILES = [50.0, 99.0]
+
+
+async def openai_request(request_func_input: RequestFuncInput, session, pbar=None
+                         ) -> RequestFuncOutput:
+    """vLLM's OpenAI request function for this request: chat completions when it carries
+    `chat_messages` (its `api_url`, which names `/v1/completions`, is pointed at
+    `/v1/chat/completions`), completions otherwise."""
+    if request_func_input.chat_messages is not None:
+        url = request_func_input.api_url.removesuffix(COMPLETIONS) + CHAT
+        return await async_request_openai_chat_completions(
+            dataclasses.replace(request_func_input, api_url=url), session, pbar)
+    return await async_request_openai_completions(request_func_input, session, pbar)
+
+
+ASYNC_REQUEST_FUNCS.setdefault(ENDPOINT_TYPE, openai_request)
+
+
+def sample_requests(jobs: Iterable[Job], tokenizer=None) -> list[SampleRequest]:
+    """vLLM `SampleRequest`s for `jobs` (bench/workload.py): the prompt or chat messages, the
+    prompt's length in the target's tokens (0 without a tokenizer; the server's count replaces
+    it in the figures),
+    `max_tokens` as the expected output length, and `temperature` and `route` as per-request
+    overrides of the body."""
+    out = []
+    for job in jobs:
+        body = job.body
+        messages = body.get("messages")
+        text = body["prompt"] if messages is None else " ".join(m["content"] for m in messages)
+        out.append(SampleRequest(
+            prompt=text, prompt_len=len(tokenizer(text).input_ids) if tokenizer else 0,
+            expected_output_len=body["max_tokens"], chat_messages=messages,
+            request_overrides={"temperature": body["temperature"], "route": body["route"]}))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """How a cell sends its requests: a closed loop of `concurrency` slots (`rate_req_s` inf), or
+    Poisson arrivals at `rate_req_s` (requests/s) with no client-side cap (`concurrency` None)."""
+
+    concurrency: int | None = None
+    rate_req_s: float = math.inf
+    seed: int = 0
+
+
+async def route_counts(client: httpx.AsyncClient) -> Counter:
+    """`specserve_requests_total` from the server's `/metrics`, summed by (route, task)."""
+    r = await client.get("/metrics")
+    r.raise_for_status()
+    out: Counter = Counter()
+    for family in text_string_to_metric_families(r.text):
+        if family.name == "specserve_requests":
+            for s in family.samples:
+                if s.name.endswith("_total"):
+                    out[s.labels["route"], s.labels["task"]] += s.value
+    return out
+
+
+async def run_cell(url: str, model: str, requests: list[SampleRequest], load: Load, slo: Slo,
+                   tokenizer, tasks: list[str] | None = None) -> dict:
+    """Sends `requests` to the application at `url` with vLLM's client; returns the cell's figures.
+
+    Args:
+        tasks: each request's task type, for TPOT per task (None: not split).
+
+    Returns:
+        requests, errors, wall_s, output_tok_s, goodput_req_s, slo_attainment, ttft / tpot / itl
+        p50 and p99 (ms), tpot_p50_ms_by_task, route_mix {route: n}, route_mix_by_task
+        {task: {route: n}}, acceptance (vLLM's acceptance_rate in %, mean_acceptance_length,
+        num_drafts; None when no pool drafted), cpu (cores busy per part of the stack and the
+        machine, `bench.machine.busy_cores`), load_avg_1m at the end, first_error.
+    """
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        routes0, cpu0, t0 = await route_counts(client), cpu_seconds(), time.perf_counter()
+        r = await _benchmark(url, model, requests, load, slo, tokenizer)
+        cpu = busy_cores(cpu0, cpu_seconds(), time.perf_counter() - t0)
+        routes = await route_counts(client) - routes0
+    return summary(r, routes, cpu, tasks)
+
+
+async def warm_up(url: str, model: str, jobs: list[Job], concurrency: int) -> None:
+    """Sends `jobs` through vLLM's client `concurrency` at a time (engines compile their shapes,
+    the router learns acceptance and step times); figures discarded.
+
+    Raises:
+        RuntimeError: a request failed (its error).
+    """
+    r = await _benchmark(url, model, sample_requests(jobs), Load(concurrency=concurrency))
+    if r["failed"]:
+        raise RuntimeError(f"warm-up: {r['failed']} of {len(jobs)} requests failed: "
+                           f"{next(e for e in r['errors'] if e)[-300:]}")
+
+
+async def _benchmark(url: str, model: str, requests: list[SampleRequest], load: Load,
+                     slo: Slo | None = None, tokenizer=None) -> dict:
+    """`vllm.benchmarks.serve.benchmark` on `requests` (its printed table kept off stdout);
+    without a tokenizer vLLM computes no TTFT / TPOT / ITL percentiles."""
+    np.random.seed(load.seed)
+    goodput = {} if slo is None else {"ttft": 1000 * slo.ttft_s, "tpot": 1000 * slo.tpot_s}
+    with contextlib.redirect_stdout(io.StringIO()):
+        return await benchmark(
+            task_type=TaskType.GENERATION, endpoint_type=ENDPOINT_TYPE,
+            api_url=url + COMPLETIONS, base_url=url, model_id=model, model_name=model,
+            tokenizer=tokenizer, input_requests=requests, logprobs=None,
+            request_rate=load.rate_req_s, burstiness=1.0, disable_tqdm=True, num_warmups=0,
+            profile=False, selected_percentile_metrics=["ttft", "tpot", "itl", "e2el"],
+            selected_percentiles=PERCENTILES, ignore_eos=True, goodput_config_dict=goodput,
+            max_concurrency=load.concurrency, lora_modules=None, extra_headers=None,
+            extra_body=None, ready_check_timeout_sec=0)
+
+
+def summary(r: dict, routes: Counter, cpu: dict, tasks: list[str] | None) -> dict:
+    """The cell's figures from vLLM's result dict `r` (`benchmark`'s return value), the route
+    counts it caused and the cores it kept busy (see `run_cell`)."""
+    n = len(r["errors"])
+    ok = [i for i, e in enumerate(r["errors"]) if not e and r["output_lens"][i]]
+    tpot: dict[str, list[float]] = {}
+    for i in ok:
+        if tasks and r["output_lens"][i] > 1:
+            tpot.setdefault(tasks[i], []).append(
+                (r["latencies"][i] - r["ttfts"][i]) / (r["output_lens"][i] - 1))
+    by_task: dict[str, dict[str, int]] = {}
+    for (route, task), count in sorted(routes.items()):
+        by_task.setdefault(task, {})[route] = int(count)
+    mix: Counter = Counter()
+    for (route, _), count in routes.items():
+        mix[route] += int(count)
+    acceptance = None
+    if r.get("spec_decode_num_drafts"):
+        acceptance = {"acceptance_rate": round(r["spec_decode_acceptance_rate"], 2),
+                      "mean_acceptance_length": round(r["spec_decode_acceptance_length"], 3),
+                      "num_drafts": r["spec_decode_num_drafts"]}
+    good = (r["request_goodput"] or 0.0) * r["duration"]
+    return {
+        "requests": n, "errors": r["failed"], "wall_s": round(r["duration"], 2),
+        "output_tok_s": round(r["output_throughput"], 1),
+        "goodput_req_s": round(r["request_goodput"] or 0.0, 3),
+        "slo_attainment": round(good / max(n, 1), 3),
+        **{f"{m}_p{int(q)}_ms": round(r[f"p{int(q)}_{m}_ms"], 2)
+           for m in ("ttft", "tpot", "itl") for q in PERCENTILES},
+        "tpot_p50_ms_by_task": {t: round(1000 * percentile(v, 50), 2) for t, v in tpot.items()},
+        "route_mix": dict(mix), "route_mix_by_task": by_task, "acceptance": acceptance,
+        "cpu": cpu, "load_avg_1m": round(os.getloadavg()[0], 2),
+        "first_error": next((e for e in r["errors"] if e), "")[-300:],
+    }
