@@ -10,13 +10,13 @@ requires; jinja2, which torch requires), read from the installed site-packages, 
 download. Never the Python standard library: the model lab trains its tiny models on it
 (`models/corpus.py`).
 
-- code: function heads plus the first line of their docstring (completion), and "write / test /
+- code: function heads plus their docstring's first sentence (completion), and "write / test /
   port this function" requests naming a real signature and docstring (chat);
 - math: word problems and notation from fixed templates, numbers drawn from `random.Random(SEED)`,
   some counting the packages' own modules and functions;
 - extraction: the packages' METADATA headers (fields to JSON), module docstrings (summaries,
   TL;DR) and docstring lines (translation, signature parameters to JSON);
-- chat: "What does `X` in Y do?" and other questions about the packages' functions and classes;
+- chat: "What does `X` in Y do?" and other questions about the packages and their functions;
 - creative: poems, stories, names and story openings over nouns from the packages' class names.
 
 Labels follow `bench/prompts/README.md`'s guide and come from the template, never from the
