@@ -1,4 +1,6 @@
-"""Benchmark workloads from the project's labeled prompts (`bench/prompts/tasks.jsonl`).
+"""Benchmark workloads from the project's labeled prompts (`bench/prompts/tasks.jsonl`) and the
+held-out mix the task classifier was never tuned on (`bench/prompts/heldout.jsonl`, built by
+`python -m bench.heldout`).
 
 A workload is a seeded, endless sequence of `Job`s (path, OpenAI body, task type). Sampling settings
 per task type follow how each is used: code, math and extraction greedy (temperature 0), chat at
@@ -16,9 +18,10 @@ from pathlib import Path
 from typing import Iterator
 
 PROMPTS_PATH = Path(__file__).parent / "prompts" / "tasks.jsonl"
+HELDOUT_PATH = PROMPTS_PATH.with_name("heldout.jsonl")
 TEMPERATURE = {"code": 0.0, "math": 0.0, "extraction": 0.0, "chat": 0.7, "creative": 1.0}
 MEAN_OUTPUT_TOKENS = {"code": 128, "math": 96, "extraction": 96, "chat": 128, "creative": 160}
-WORKLOADS = ("code", "chat", "mixed")
+WORKLOADS = ("code", "chat", "mixed", "heldout")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +40,7 @@ def load_prompts(path: Path = PROMPTS_PATH) -> list[dict]:
 
 def jobs(workload: str, model: str, seed: int = 0, route: str = "auto") -> Iterator[Job]:
     """Endless jobs of `workload` ("code": code completion prompts only; "chat": the chat and
-    creative prompts; "mixed": every prompt).
+    creative prompts; "mixed": every prompt; "heldout": every prompt of the held-out mix).
 
     Args:
         workload: one of WORKLOADS.
@@ -48,12 +51,12 @@ def jobs(workload: str, model: str, seed: int = 0, route: str = "auto") -> Itera
     Raises:
         ValueError: unknown workload.
     """
-    prompts = load_prompts()
+    prompts = load_prompts(HELDOUT_PATH if workload == "heldout" else PROMPTS_PATH)
     if workload == "code":
         prompts = [p for p in prompts if p["task"] == "code" and p["kind"] == "completion"]
     elif workload == "chat":
         prompts = [p for p in prompts if p["task"] in ("chat", "creative")]
-    elif workload != "mixed":
+    elif workload not in ("mixed", "heldout"):
         raise ValueError(f"workload: must be one of {WORKLOADS}, got {workload!r}")
     rng = random.Random(seed)
     while True:
