@@ -1,5 +1,5 @@
 """The measurements `python -m bench.run` makes on one running application: the cells of every
-system (code at concurrency 1, the mixed closed-loop sweep, Poisson rates, the machine cell), each
+system (code at concurrency 1, the closed-loop sweep, Poisson rates, the machine cell), each
 sent and measured by vLLM's benchmark client (bench/serve_client.py); the router's overhead against
 the stock ingress; and the in-process cost of one route decision.
 """
@@ -20,10 +20,10 @@ from core import SpecserveConfig
 RATE_FRACTIONS = (0.3, 0.6, 0.9)  # Poisson rates as fractions of vanilla's measured capacity
 
 
-def alternating(model: str, seed: int, routes: tuple[str, ...]):
-    """Mixed-workload jobs whose `route` cycles through `routes` (a closed loop then keeps about
+def alternating(workload: str, model: str, seed: int, routes: tuple[str, ...]):
+    """Jobs of `workload` whose `route` cycles through `routes` (a closed loop then keeps about
     as many requests in flight on each)."""
-    streams = [jobs("mixed", model, seed + i, route) for i, route in enumerate(routes)]
+    streams = [jobs(workload, model, seed + i, route) for i, route in enumerate(routes)]
     while True:
         for s in streams:
             yield next(s)
@@ -43,6 +43,7 @@ async def measure_app(url: str, app, args, rates: list[float] | None, model: str
     """
     slo = Slo(args.ttft_slo_ms / 1000, args.tpot_slo_ms / 1000)
     cells: dict[str, dict] = {}
+    wl = args.workload  # the sweep's, the Poisson cells' and the machine cell's prompts
 
     async def send(source, n: int, load: Load) -> dict:
         batch: list[Job] = list(itertools.islice(source, n))
@@ -50,7 +51,7 @@ async def measure_app(url: str, app, args, rates: list[float] | None, model: str
                               tokenizer, [j.task for j in batch])
 
     for route in app.systems.values():  # warm-up: compile shapes, learn acceptance
-        await warm_up(url, model, list(itertools.islice(jobs("mixed", model, 99, route),
+        await warm_up(url, model, list(itertools.islice(jobs(wl, model, 99, route),
                                                         args.warmup)), 4)
 
     async def cell(key: str, make) -> None:
@@ -62,25 +63,25 @@ async def measure_app(url: str, app, args, rates: list[float] | None, model: str
                                              Load(concurrency=1)))
     for c in args.concurrency:
         n = max(args.min_requests, args.requests_per_slot * c)
-        await cell(f"mixed@c{c}", lambda route, c=c, n=n: send(
-            jobs("mixed", model, 2 + c, route), n, Load(concurrency=c)))
+        await cell(f"{wl}@c{c}", lambda route, c=c, n=n: send(
+            jobs(wl, model, 2 + c, route), n, Load(concurrency=c)))
     if machine:
         c = args.machine_concurrency
         n = max(args.min_requests, args.requests_per_slot * c)
         for name, routes in (("one-pool", ("vanilla",)),
                              ("both-pools", ("vanilla", "speculative"))):
-            got = await send(alternating(model, 70, routes), n, Load(concurrency=c))
+            got = await send(alternating(wl, model, 70, routes), n, Load(concurrency=c))
             cells.setdefault(f"machine@c{c}", {})[name] = got
             print(f"machine@c{c:<6} {name:>24}: {_line(got)}", flush=True)
     if rates is None:  # fractions of the first system's capacity, measured by the sweep
         first = next(iter(app.systems))
-        capacity = max(cells[f"mixed@c{c}"][first]["requests"] /
-                       cells[f"mixed@c{c}"][first]["wall_s"] for c in args.concurrency)
+        capacity = max(cells[f"{wl}@c{c}"][first]["requests"] /
+                       cells[f"{wl}@c{c}"][first]["wall_s"] for c in args.concurrency)
         rates = [round(f * capacity, 2) for f in RATE_FRACTIONS]
         cells["poisson_rates_req_s"] = rates
     for j, rate in enumerate(rates):
         await cell(f"poisson@{rate:.2f}", lambda route, rate=rate, j=j: send(
-            jobs("mixed", model, 50 + j, route), args.poisson_requests,
+            jobs(wl, model, 50 + j, route), args.poisson_requests,
             Load(rate_req_s=rate, seed=j)))
     return cells
 

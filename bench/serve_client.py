@@ -5,8 +5,11 @@ request functions stream every request and time it, its arrival process sends th
 (`max_concurrency` slots with every request queued at once for a closed loop; exponential gaps
 for a Poisson rate, seeded through numpy's global RNG as `vllm bench serve --seed` does), and its
 `calculate_metrics` gives throughput, TTFT / TPOT / ITL percentiles and goodput (DistServe's: a
-request is good when TTFT and TPOT are within the SLO). Its acceptance figures come from the
-`vllm:spec_decode_*` series of the server's `/metrics` before and after the run.
+request is good when TTFT and TPOT are within the SLO). Acceptance comes from the
+`vllm:spec_decode_*` series of the server's `/metrics` before and after the run, read with vLLM's
+own parser (`fetch_spec_decode_metrics`) but `SETTLE_S` after the last answer: the replicas push
+their engine counters every `core.stats.PUSH_PERIOD_S` and the ingress reads them as often, so
+vLLM's own reading, taken at once, misses the last pushes (and the next cell would count them).
 
 What vLLM's client lacks, and specserve adds here:
 - **both OpenAI endpoints in one run**: `benchmark` takes one endpoint type; the mixed workload
@@ -20,6 +23,7 @@ What vLLM's client lacks, and specserve adds here:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import io
@@ -30,6 +34,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable
 
+import aiohttp
 import httpx
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
@@ -38,7 +43,7 @@ from vllm.benchmarks.lib.endpoint_request_func import (ASYNC_REQUEST_FUNCS, Requ
                                                        RequestFuncOutput,
                                                        async_request_openai_chat_completions,
                                                        async_request_openai_completions)
-from vllm.benchmarks.serve import TaskType, benchmark
+from vllm.benchmarks.serve import TaskType, benchmark, fetch_spec_decode_metrics
 
 from bench.machine import busy_cores, cpu_seconds
 from bench.summary import Slo, percentile
@@ -47,6 +52,7 @@ from bench.workload import Job
 ENDPOINT_TYPE = "specserve-openai"
 COMPLETIONS, CHAT = "/v1/completions", "/v1/chat/completions"
 PERCENTILES = [50.0, 99.0]
+SETTLE_S = 2.0  # > 2 x core.stats.PUSH_PERIOD_S (replica -> board, board -> ingress) + margin
 
 
 async def openai_request(request_func_input: RequestFuncInput, session, pbar=None
@@ -115,16 +121,33 @@ async def run_cell(url: str, model: str, requests: list[SampleRequest], load: Lo
     Returns:
         requests, errors, wall_s, output_tok_s, goodput_req_s, slo_attainment, ttft / tpot / itl
         p50 and p99 (ms), tpot_p50_ms_by_task, route_mix {route: n}, route_mix_by_task
-        {task: {route: n}}, acceptance (vLLM's acceptance_rate in %, mean_acceptance_length,
-        num_drafts; None when no pool drafted), cpu (cores busy per part of the stack and the
+        {task: {route: n}}, acceptance (`acceptance`: acceptance_rate in %,
+        mean_acceptance_length, num_drafts; None when no pool drafted), cpu (cores busy per part of the stack and the
         machine, `bench.machine.busy_cores`), load_avg_1m at the end, first_error.
     """
-    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
-        routes0, cpu0, t0 = await route_counts(client), cpu_seconds(), time.perf_counter()
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client, \
+            aiohttp.ClientSession() as session:
+        routes0, spec0 = await route_counts(client), await fetch_spec_decode_metrics(url, session)
+        cpu0, t0 = cpu_seconds(), time.perf_counter()
         r = await _benchmark(url, model, requests, load, slo, tokenizer)
         cpu = busy_cores(cpu0, cpu_seconds(), time.perf_counter() - t0)
         routes = await route_counts(client) - routes0
-    return summary(r, routes, cpu, tasks)
+        await asyncio.sleep(SETTLE_S)
+        spec1 = await fetch_spec_decode_metrics(url, session)
+    return summary(r, routes, cpu, tasks, acceptance(spec0, spec1))
+
+
+def acceptance(before, after) -> dict | None:
+    """Acceptance between two `fetch_spec_decode_metrics` readings, as `vllm bench serve` prints
+    it: acceptance rate (%) = accepted / draft tokens, mean acceptance length = 1 + accepted /
+    drafts; None when no pool drafted in between."""
+    if before is None or after is None or after.num_drafts <= before.num_drafts:
+        return None
+    drafts = after.num_drafts - before.num_drafts
+    accepted = after.num_accepted_tokens - before.num_accepted_tokens
+    return {"acceptance_rate": round(100 * accepted / max(
+                after.num_draft_tokens - before.num_draft_tokens, 1), 2),
+            "mean_acceptance_length": round(1 + accepted / drafts, 3), "num_drafts": drafts}
 
 
 async def warm_up(url: str, model: str, jobs: list[Job], concurrency: int) -> None:
@@ -135,6 +158,7 @@ async def warm_up(url: str, model: str, jobs: list[Job], concurrency: int) -> No
         RuntimeError: a request failed (its error).
     """
     r = await _benchmark(url, model, sample_requests(jobs), Load(concurrency=concurrency))
+    await asyncio.sleep(SETTLE_S)  # the next cell's counters start after these requests' pushes
     if r["failed"]:
         raise RuntimeError(f"warm-up: {r['failed']} of {len(jobs)} requests failed: "
                            f"{next(e for e in r['errors'] if e)[-300:]}")
@@ -158,9 +182,11 @@ async def _benchmark(url: str, model: str, requests: list[SampleRequest], load: 
             extra_body=None, ready_check_timeout_sec=0)
 
 
-def summary(r: dict, routes: Counter, cpu: dict, tasks: list[str] | None) -> dict:
+def summary(r: dict, routes: Counter, cpu: dict, tasks: list[str] | None,
+            spec: dict | None) -> dict:
     """The cell's figures from vLLM's result dict `r` (`benchmark`'s return value), the route
-    counts it caused and the cores it kept busy (see `run_cell`)."""
+    counts it caused, the cores it kept busy and its settled acceptance `spec` (see
+    `run_cell`)."""
     n = len(r["errors"])
     ok = [i for i, e in enumerate(r["errors"]) if not e and r["output_lens"][i]]
     tpot: dict[str, list[float]] = {}
@@ -174,11 +200,6 @@ def summary(r: dict, routes: Counter, cpu: dict, tasks: list[str] | None) -> dic
     mix: Counter = Counter()
     for (route, _), count in routes.items():
         mix[route] += int(count)
-    acceptance = None
-    if r.get("spec_decode_num_drafts"):
-        acceptance = {"acceptance_rate": round(r["spec_decode_acceptance_rate"], 2),
-                      "mean_acceptance_length": round(r["spec_decode_acceptance_length"], 3),
-                      "num_drafts": r["spec_decode_num_drafts"]}
     good = (r["request_goodput"] or 0.0) * r["duration"]
     return {
         "requests": n, "errors": r["failed"], "wall_s": round(r["duration"], 2),
@@ -188,7 +209,7 @@ def summary(r: dict, routes: Counter, cpu: dict, tasks: list[str] | None) -> dic
         **{f"{m}_p{int(q)}_ms": round(r[f"p{int(q)}_{m}_ms"], 2)
            for m in ("ttft", "tpot", "itl") for q in PERCENTILES},
         "tpot_p50_ms_by_task": {t: round(1000 * percentile(v, 50), 2) for t, v in tpot.items()},
-        "route_mix": dict(mix), "route_mix_by_task": by_task, "acceptance": acceptance,
+        "route_mix": dict(mix), "route_mix_by_task": by_task, "acceptance": spec,
         "cpu": cpu, "load_avg_1m": round(os.getloadavg()[0], 2),
         "first_error": next((e for e in r["errors"] if e), "")[-300:],
     }

@@ -389,7 +389,8 @@ class RouteDecider:
         admission): features with E[τ] filled in, and the decision.
 
         Raises:
-            RequestError: 400, as `route`.
+            RequestError: 400, as `route`; 503 for a sampled request only the speculative pool
+                may take while none of its replicas has reported its sampling check (starting).
         """
         features = dataclasses.replace(request.features, expected_tokens=self.speedup_model
                                        .expected_tokens(request.features.task,
@@ -402,6 +403,12 @@ class RouteDecider:
                                     self._last_auto_route.get(features.task),
                                     self.speedup_model.speedup(features, loads))
         except Unroutable as e:
+            if e.param == "temperature" and not self.pressure.reported_replicas().get(
+                    "speculative"):  # not refused by its check: no replica has run it yet
+                raise RequestError(503, "temperature: the speculative pool's replicas are "
+                                   "starting and have not reported their sampling check yet "
+                                   "(GET /health says when every pool is up); retry shortly",
+                                   e.param) from None
             raise RequestError(400, str(e), e.param) from None
         if decision.reason in ("speculation_pays", "speculation_costs"):  # S chose the route
             self._last_auto_route[features.task] = decision.route

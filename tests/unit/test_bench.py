@@ -56,18 +56,20 @@ def vllm_result(ok_lens: list[int], failed: int = 0, duration: float = 2.0) -> d
             "output_lens": ok_lens + [0] * failed, "ttfts": [0.1] * n,
             "latencies": [0.1 + 0.01 * (k - 1) for k in ok_lens] + [0.0] * failed,
             "p50_ttft_ms": 100.0, "p99_ttft_ms": 150.0, "p50_tpot_ms": 10.0, "p99_tpot_ms": 12.0,
-            "p50_itl_ms": 10.0, "p99_itl_ms": 30.0, "spec_decode_num_drafts": 40,
-            "spec_decode_acceptance_rate": 62.5, "spec_decode_acceptance_length": 3.5}
+            "p50_itl_ms": 10.0, "p99_itl_ms": 30.0}
 
 
 def test_cell_figures_come_from_vllms_result_and_the_route_counters():
     from collections import Counter
 
-    from bench.serve_client import summary
+    from vllm.benchmarks.serve import SpecDecodeMetrics
+
+    from bench.serve_client import acceptance, summary
 
     routes = Counter({("speculative", "code"): 2, ("vanilla", "chat"): 1})
+    spec = acceptance(SpecDecodeMetrics(10, 40, 5, {}), SpecDecodeMetrics(50, 200, 105, {}))
     s = summary(vllm_result([101, 11, 31], failed=1), routes, {"engines": 1.5},
-                ["code", "chat", "code", "math"])
+                ["code", "chat", "code", "math"], spec)
     assert (s["requests"], s["errors"], s["first_error"]) == (4, 1, "boom")
     assert s["output_tok_s"] == pytest.approx(143 / 2.0)
     assert s["goodput_req_s"] == 0.5 and s["slo_attainment"] == 0.25
@@ -77,6 +79,7 @@ def test_cell_figures_come_from_vllms_result_and_the_route_counters():
     assert s["route_mix_by_task"] == {"code": {"speculative": 2}, "chat": {"vanilla": 1}}
     assert s["acceptance"] == {"acceptance_rate": 62.5, "mean_acceptance_length": 3.5,
                                "num_drafts": 40}
+    assert acceptance(SpecDecodeMetrics(10, 40, 5, {}), SpecDecodeMetrics(10, 40, 5, {})) is None
     assert s["cpu"] == {"engines": 1.5}
 
 
@@ -135,9 +138,9 @@ def test_report_states_each_target(tmp_path):
     write_report(json.loads(json.dumps(results)), tmp_path)
     text = (tmp_path / "report.md").read_text()
     assert "both pools busy / one pool alone = **1.80x** [1.80-1.80] (met vs ≥ 1.5)" in text
-    assert ("mixed c1: routed / better own pool = **0.95x** [0.75-0.95] (open vs ≥ 0.95, "
+    assert ("mixed@c1: routed / better own pool = **0.95x** [0.75-0.95] (open vs ≥ 0.95, "
             "forced-speculative)") in text
-    assert "mixed c16: routed / better own pool = **2.31x** [2.31-2.31] (met vs ≥ 0.95, " \
+    assert "mixed@c16: routed / better own pool = **2.31x** [2.31-2.31] (met vs ≥ 0.95, " \
         "forced-vanilla)" in text
     assert "at equal budget = **1.30x** [1.30-1.30] (met vs ≥ 0.95, vanilla-x2)" in text
     assert "at equal budget = **0.90x** [0.90-0.90] (missed vs ≥ 0.95, vanilla-x2)" in text

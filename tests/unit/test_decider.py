@@ -260,3 +260,22 @@ def test_route_with_no_pool_up_is_a_503_counted_nowhere(measured):
     decider = RouteDecider(measured.cfg, measured.pools, health=health)
     routed = asyncio.run(decider.route(decider.parse(code())))
     assert (routed.refusal.status, routed.refusal.outcome, routed.headers) == (503, None, {})
+
+
+def test_a_sampled_request_waits_out_a_starting_speculative_pool_but_not_a_lossy_one():
+    """Speculative pool only: until a replica has reported its sampling check, a request at
+    temperature > 0 gets 503 (retry: the pool is starting); once one has reported it failing,
+    400 (the request cannot run here)."""
+    cfg = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH)
+    decider = RouteDecider(cfg, ["speculative"])
+    loads = {"speculative": PoolLoad(1, 0, lossless_sampling=False)}
+    sampled = CompletionRequest(model="m", prompt="Once upon a time", temperature=0.5)
+    with pytest.raises(RequestError) as starting:
+        decider.decide(decider.parse(sampled), loads)
+    assert (starting.value.status, starting.value.param) == (503, "temperature")
+    decider.pressure.remote = {"speculative": PoolStats(replicas=1, lossless_sampling=False)}
+    with pytest.raises(RequestError) as lossy:
+        decider.decide(decider.parse(sampled), loads)
+    assert (lossy.value.status, lossy.value.param) == (400, "temperature")
+    _, greedy = decider.decide(decider.parse(code()), loads)
+    assert greedy.route == "speculative"
