@@ -218,8 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, help="results folder (default bench/results/<UTC time>)")
-    p.add_argument("--methods", nargs="+", default=["ngram", "draft_model", "eagle3", "medusa"],
-                   help="speculators to compare; the first also serves the routed system")
+    p.add_argument("--methods", nargs="+", choices=["ngram", *CHECKPOINTS],
+                   help="speculators to compare (default: the config's); the first also serves "
+                   "the routed system")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
     p.add_argument("--workload", choices=["mixed", "heldout"], default="mixed", help="prompts of "
                    "the sweep, Poisson and machine cells: the labeled mix (bench/prompts/"
@@ -244,12 +245,13 @@ def main(argv: list[str] | None = None) -> int:
         args.concurrency, args.requests_per_slot, args.min_requests = [1, 8], 1, 4
         args.code_requests, args.poisson_requests, args.overhead_requests = 4, 8, 32
         args.overhead_concurrency, args.machine_concurrency = 8, 8
-        args.warmup, args.eager, args.methods = 2, True, args.methods[:1]
+        args.warmup, args.eager = 2, True
+        args.methods = args.methods and args.methods[:1]
         args.repeats = 1
     out = args.out or Path("bench/results") / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     out.mkdir(parents=True, exist_ok=True)
     base = base_config(args)
-    methods = available_methods(args.methods)
+    methods = available_methods(args.methods or [base.speculative.speculator.method])
     if not methods:
         print("no speculator available", file=sys.stderr)
         return 2

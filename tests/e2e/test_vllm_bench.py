@@ -61,3 +61,35 @@ def test_vllm_bench_serve_prints_the_speculative_pools_acceptance(client, server
     # its mean acceptance length is 1 + accepted / drafts (vLLM's definition, DESIGN.md §2)
     assert result["spec_decode_acceptance_length"] == pytest.approx(
         1 + result["spec_decode_accepted_tokens"] / result["spec_decode_num_drafts"])
+
+
+def test_a_benchmark_cell_sends_both_endpoints_through_vllms_client(server, serve_config):
+    """`bench.run`'s cells (bench/serve_client.py): vLLM's load generator sends the mixed
+    workload's completions and chats in one run, the forced route rides in each body, and the
+    cell's route mix (from `/metrics`), settled acceptance and CPU shares are filled in."""
+    import asyncio
+    import itertools
+
+    from vllm.tokenizers import get_tokenizer
+
+    from bench.serve_client import Load, run_cell, sample_requests
+    from bench.summary import Slo
+    from bench.workload import jobs
+
+    model = serve_config.model.served_model_name
+    tokenizer = get_tokenizer(resolve_path(serve_config.model.path))
+    batch = list(itertools.islice(jobs("mixed", model, 5, "speculative"), 12))
+    assert {j.path for j in batch} == {"/v1/completions", "/v1/chat/completions"}
+    got = asyncio.run(run_cell(server, model, sample_requests(batch, tokenizer),
+                               Load(concurrency=4), Slo(60.0, 60.0), tokenizer,
+                               [j.task for j in batch]))
+    assert (got["requests"], got["errors"]) == (12, 0), got["first_error"]
+    assert got["route_mix"] == {"speculative": 12}
+    assert sum(sum(mix.values()) for mix in got["route_mix_by_task"].values()) == 12
+    assert set(got["route_mix_by_task"]) == {j.task for j in batch}
+    assert got["output_tok_s"] > 0 and got["tpot_p50_ms"] > 0 and got["ttft_p99_ms"] > 0
+    assert got["slo_attainment"] == 1.0
+    k = serve_config.speculative.speculator.num_speculative_tokens
+    assert got["acceptance"]["num_drafts"] > 0
+    assert 1.0 <= got["acceptance"]["mean_acceptance_length"] <= 1 + k
+    assert got["cpu"]["engines"] > 0 and got["cpu"]["machine"] > 0
