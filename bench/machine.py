@@ -14,7 +14,7 @@ import psutil
 def process_class(proc: psutil.Process) -> str | None:
     """Which part of the serving stack a process is: "engines" (vLLM's EngineCore/Worker),
     "pool replicas" (the LLMServer processes: tokenising, detokenising, streaming), "router",
-    "proxy" (Serve's HTTP proxy), "ray" (GCS, raylet, Serve controller and other Ray daemons),
+    "proxy" (Serve's HTTP proxy, or HAProxy under `RAY_SERVE_ENABLE_HA_PROXY`), "ray" (GCS, raylet, Serve controller and other Ray daemons),
     "client" (this benchmark); None for the rest of the machine."""
     try:
         name, cmd = proc.name(), " ".join(proc.cmdline())
@@ -24,7 +24,7 @@ def process_class(proc: psutil.Process) -> str | None:
         return "engines"
     if "ServeReplica:" in cmd or "ServeReplica:" in name:
         return "router" if ":router" in cmd + name else "pool replicas"
-    if "ProxyActor" in cmd + name:
+    if "ProxyActor" in cmd + name or name == "haproxy":
         return "proxy"
     if proc.pid == os.getpid():
         return "client"

@@ -37,6 +37,7 @@ class StepTimeModel:
     max_batch: int | None = None
     _mean_s: dict[int, float] = field(default_factory=dict)
     _profiled: set[int] = field(default_factory=set)  # buckets still holding a profile point
+    _fit: dict[int, float] | None = None  # `_mean_s` made non-decreasing (`_monotone`); cached
 
     def observe(self, batch: float, step_s: float) -> None:
         """Folds one measured step time (seconds) at running batch `batch` into its bucket; the
@@ -52,6 +53,7 @@ class StepTimeModel:
             self._mean_s[b] = step_s
         else:
             self._mean_s[b] = old + self.weight * (step_s - old)
+        self._fit = None
 
     def load_profile(self, profile: dict[int, float]) -> None:
         """Seeds buckets from a startup profile {batch: step seconds} where no sample exists."""
@@ -60,6 +62,7 @@ class StepTimeModel:
             if b not in self._mean_s:
                 self._mean_s[b] = step_s
                 self._profiled.add(b)
+                self._fit = None
 
     def fold(self, profile: dict[int, float], samples, seen: dict[str, int]) -> None:
         """Folds one pool's StatsBoard entry: its replicas' startup `profile` (`load_profile`),
@@ -83,7 +86,7 @@ class StepTimeModel:
         None before any profile or sample.
 
         Up to `max_batch`: the step time of that running batch, interpolated in log2(B) between
-        known buckets, flat below the smallest, and beyond the largest extended along the line
+        known buckets (their means made non-decreasing in B, `_monotone`), flat below the smallest, and beyond the largest extended along the line
         through the last two (a larger batch never steps faster; with one bucket, step time
         proportional to the batch: the compute-bound bound). Above `max_batch`, N requests share
         max_batch slots, so each advances one token every T(max_batch) · N / max_batch seconds
@@ -95,25 +98,64 @@ class StepTimeModel:
         queueing = max(1.0, batch / running)
         return self._running_step(running) * queueing
 
+    def served(self, batch: float) -> bool:
+        """Whether the bucket of `batch` (at the running batch) holds a served sample, not only
+        the startup profile point or nothing."""
+        b = _bucket_of(self._running(max(batch, 1.0)))
+        return b in self._mean_s and b not in self._profiled
+
+    def _fitted(self) -> dict[int, float]:
+        if self._fit is None:
+            self._fit = _monotone(self._mean_s)
+        return self._fit
+
     def _running_step(self, batch: float) -> float:
         x = math.log2(batch)
-        keys = sorted(self._mean_s)
+        mean_s = self._fitted()
+        keys = sorted(mean_s)
         if x <= keys[0]:
-            return self._mean_s[keys[0]]
+            return mean_s[keys[0]]
         if x >= keys[-1]:
-            top_b, top_s = 2.0 ** keys[-1], self._mean_s[keys[-1]]
+            top_b, top_s = 2.0 ** keys[-1], mean_s[keys[-1]]
             if len(keys) == 1:
                 return top_s * batch / top_b
-            prev_b, prev_s = 2.0 ** keys[-2], self._mean_s[keys[-2]]
+            prev_b, prev_s = 2.0 ** keys[-2], mean_s[keys[-2]]
             slope = max(0.0, (top_s - prev_s) / (top_b - prev_b))
             return top_s + slope * (batch - top_b)
         hi = next(k for k in keys if k >= x)
         lo = max(k for k in keys if k <= x)
         if hi == lo:
-            return self._mean_s[lo]
+            return mean_s[lo]
         f = (x - lo) / (hi - lo)
-        return self._mean_s[lo] * (1 - f) + self._mean_s[hi] * f
+        return mean_s[lo] * (1 - f) + mean_s[hi] * f
 
     def points(self) -> dict[int, float]:
-        """{batch: step seconds} per known bucket (for metrics and reports)."""
-        return {2 ** b: s for b, s in sorted(self._mean_s.items())}
+        """{batch: step seconds} per known bucket, as `step_time` uses them (made non-decreasing
+        in the batch, `_monotone`; for metrics, reports and the throughput pricing)."""
+        return {2 ** b: s for b, s in sorted(self._fitted().items())}
+
+
+def _monotone(mean_s: dict[int, float]) -> dict[int, float]:
+    """The least-squares non-decreasing fit of per-bucket step times (isotonic regression by pool
+    adjacent violators, equal weights): a step with more sequences in it never takes less time
+    (it does the same work plus more), so a bucket measured slower than a larger one is noise of
+    the moment it was sampled, averaged with its neighbours rather than believed. Our reference
+    benchmark (bench/results/2026-12-03-vllm-client) saw the speculative pool's served step at
+    batch 16 at 66 ms beside 82 ms at 32 and 87 ms at 64, and its batch 2 above batch 4 in
+    another run; S(B) then rose and fell with the noise.
+
+    Args:
+        mean_s: {bucket exponent: seconds per step}.
+
+    Returns:
+        The same keys with non-decreasing values (unchanged where already monotone).
+    """
+    blocks: list[list] = []  # [sum, count, keys]
+    for b in sorted(mean_s):
+        blocks.append([mean_s[b], 1, [b]])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, count, keys = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += count
+            blocks[-1][2] += keys
+    return {b: total / count for total, count, keys in blocks for b in keys}
