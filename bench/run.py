@@ -204,7 +204,7 @@ def local_serve(port: int) -> Iterator[None]:
     from core import use_ray_node_env
     from deployments.cores import node_cores
 
-    use_ray_node_env()
+    use_ray_node_env(port)
     ray.init(num_cpus=node_cores(), include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     try:
@@ -345,12 +345,21 @@ def _save(results: dict, out: Path) -> None:
 
 
 def _machine() -> dict:
+    """The machine, the stack's versions and Ray's node environment (`core.RAY_NODE_ENV`, or what
+    the caller's environment set instead: `RAY_SERVE_ENABLE_HA_PROXY=0
+    RAY_SERVE_THROUGHPUT_OPTIMIZED=0 python -m bench.run` measures Serve's Python proxy)."""
     import torch
     import vllm
 
+    from core import RAY_NODE_ENV, use_ray_node_env
+
+    use_ray_node_env()  # what local_serve's Ray will read
+    haproxy = os.environ.get("RAY_SERVE_ENABLE_HA_PROXY") == "1"
     return {"cpus": os.cpu_count(), "platform": platform.platform(),
             "python": platform.python_version(), "vllm": vllm.__version__,
-            "torch": torch.__version__, "load_avg_at_start": os.getloadavg()}
+            "torch": torch.__version__, "load_avg_at_start": os.getloadavg(),
+            "serve_frontend": "HAProxy, direct ingress" if haproxy else "Serve proxy actor",
+            "ray_node_env": {k: os.environ.get(k) for k in RAY_NODE_ENV}}
 
 
 if __name__ == "__main__":

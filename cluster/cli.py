@@ -52,7 +52,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     # A local node declares one logical CPU per core: a CPU replica takes one per
     # tensor-parallel rank (the cores it owns, deployments/cores.py), the ingress none.
     if not args.address:
-        use_ray_node_env()
+        use_ray_node_env(cfg.server.port)
     ray.init(address=args.address, num_cpus=None if args.address else node_cores(),
              include_dashboard=False)
     serve.start(http_options={"host": cfg.server.host, "port": cfg.server.port})

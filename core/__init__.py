@@ -13,7 +13,7 @@ from core.autoscaling_config import (POLICY_FUNCTION, AutoscalingConfig, PoolSca
                                      serve_autoscaling_policy)
 from core.checkpoints import check_checkpoints, check_speculator_matches_target
 from core.config import (RAY_NODE_ENV, ModelConfig, RouterConfig, ServerConfig, SpecserveConfig,
-                         use_ray_node_env)
+                         haproxy_ports_env, use_ray_node_env)
 from core.kube_config import RAY_VERSION, KubeConfig, WorkerGroupConfig
 from core.logs import use_serve_log_handlers
 from core.paths import (DEFAULT_CONFIG_PATH, MODELS_DIR_ENV, models_dir, read_config_value,
@@ -32,7 +32,7 @@ __all__ = [
     "check_speculator_matches_target", "ConfigError", "DEFAULT_CONFIG_PATH",
     "EngineStats", "expected_tokens", "KubeConfig", "load_config",
     "ModelConfig", "models_dir", "MODELS_DIR_ENV", "per_position_acceptance", "POLICY_FUNCTION",
-    "PoolConfig", "PoolScalingConfig", "PoolStats", "PUSH_PERIOD_S", "RAY_NODE_ENV", "RAY_VERSION",
+    "PoolConfig", "PoolScalingConfig", "PoolStats", "PUSH_PERIOD_S", "RAY_NODE_ENV", "haproxy_ports_env", "RAY_VERSION",
     "read_config_value", "RequestedRoute", "resolve_path", "Route", "RouterConfig", "RouterState",
     "serve_autoscaling_policy", "ServerConfig", "SpecserveConfig", "SpeculativeMethod",
     "SpeculativePoolConfig", "SpeculatorConfig", "STALE_AFTER_S", "StepTimeModel",

@@ -82,11 +82,27 @@ RAY_NODE_ENV = {"RAY_process_group_cleanup_enabled": "1", "RAY_SERVE_ENABLE_HA_P
                 "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"}
 
 
-def use_ray_node_env() -> None:
-    """Puts `RAY_NODE_ENV` in this process's environment (a value already set wins): the raylet a
-    local `ray.init` starts reads it. Call before starting a local Ray."""
+def haproxy_ports_env(http_port: int) -> dict[str, str]:
+    """HAProxy's own listening ports for a Ray cluster serving HTTP on `http_port`: its stats page
+    at http_port + 404 and its Prometheus metrics at http_port + 1101 (Ray's defaults, 8404 and
+    9101, for the default port 8000). HAProxy binds them on every interface, so two local Ray
+    clusters with the defaults on one machine (a test session's and a `ray start --head`, or
+    `make serve` beside `make bench`) collide and the second has no ingress; one port per cluster
+    keeps them apart. A Kubernetes pod runs one node: the defaults stand there.
+    """
+    return {"RAY_SERVE_HAPROXY_STATS_PORT": str(http_port + 404),
+            "RAY_SERVE_HAPROXY_METRICS_PORT": str(http_port + 1101)}
+
+
+def use_ray_node_env(http_port: int | None = None) -> None:
+    """Puts `RAY_NODE_ENV` in this process's environment (a value already set wins) and, given the
+    HTTP port Serve will listen on, `haproxy_ports_env(http_port)` (always: a port derived for an
+    earlier cluster of this process must not carry over): the raylet a local `ray.init` starts
+    reads them. Call before starting a local Ray."""
     for name, value in RAY_NODE_ENV.items():
         os.environ.setdefault(name, value)
+    if http_port is not None:
+        os.environ.update(haproxy_ports_env(http_port))
 
 
 class ModelConfig(Strict):

@@ -16,7 +16,7 @@ import time
 import httpx
 import pytest
 
-from core import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, SpecserveConfig, models_dir
+from core import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, SpecserveConfig, haproxy_ports_env, models_dir
 from deployments.cores import SHARE_CORES_ENV
 from tests.local_ray import SESSION_RAY, start_own_ray
 
@@ -69,6 +69,7 @@ def serve_instance() -> str:
 
     for name, value in {**RAY_NODE_ENV, **TEST_API_KEYS}.items():  # as `specserve serve` starts Ray
         os.environ.setdefault(name, value)
+    os.environ.update(haproxy_ports_env(TEST_PORT))  # HAProxy's own ports, this cluster's
     # Replicas of this session lease cores among themselves (Ray clusters other tests start beside
     # it lease from their own folders). The session app starts first and owns both cores; the
     # smaller apps some tests add beside it find none free and run unbound: tests share the

@@ -29,7 +29,7 @@ from batch_head import VENV_BIN, RayHead
 from small_fs import tmpfs
 
 from cluster.batch.rows import parse_row
-from core import MODELS_DIR_ENV, models_dir
+from core import MODELS_DIR_ENV, haproxy_ports_env, models_dir
 from deployments.cores import CORES_DIR_ENV, node_cores
 
 pytestmark = pytest.mark.serve
@@ -82,7 +82,9 @@ def head(models):
             # needs the mode said explicitly
             "RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0",
             # this head's replicas lease cores among themselves, not against the session app's
-            CORES_DIR_ENV: os.path.join(temp_dir, "cores")}
+            CORES_DIR_ENV: os.path.join(temp_dir, "cores"),
+            # HAProxy's own ports for this head, not those of the session's cluster
+            **haproxy_ports_env(PORT)}
     h = RayHead(temp_dir, free_port(), free_port(), num_cpus=node_cores(), env=env)
     h.start()
     yield h

@@ -20,7 +20,7 @@ import time
 import httpx
 import pytest
 
-from core import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, SpecserveConfig
+from core import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, SpecserveConfig, haproxy_ports_env
 from tests.local_ray import start_own_ray, until
 
 pytestmark = [pytest.mark.serve, pytest.mark.own_ray]
@@ -62,6 +62,7 @@ def base(lab) -> str:
 
     for name, value in RAY_NODE_ENV.items():
         os.environ.setdefault(name, value)
+    os.environ.update(haproxy_ports_env(PORT))  # not the session cluster's HAProxy ports
     os.environ["RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S"] = "1"
     os.environ["RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S"] = "1"
     start_own_ray(4)

@@ -29,7 +29,7 @@ import httpx
 import psutil
 import pytest
 
-from core import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, SpecserveConfig
+from core import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, SpecserveConfig, haproxy_ports_env
 from deployments.cores import CORES_DIR_ENV, SHARE_CORES_ENV
 from tests.local_ray import until
 
@@ -82,6 +82,7 @@ def cluster(lab):
     saved = {k: os.environ.get(k) for k in (CORES_DIR_ENV, SHARE_CORES_ENV)}
     for name, value in RAY_NODE_ENV.items():
         os.environ.setdefault(name, value)
+    os.environ.update(haproxy_ports_env(PORT))  # not the session cluster's HAProxy ports
     # The nodes' raylets inherit these: the three nodes are this machine, one set of cores.
     os.environ[CORES_DIR_ENV] = tempfile.mkdtemp(prefix="specserve-cores-")
     os.environ[SHARE_CORES_ENV] = "1"  # a replacement may start before the dead one's lease drops
