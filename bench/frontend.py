@@ -32,7 +32,8 @@ import time
 from pathlib import Path
 
 FRONTENDS = {"proxy": {"RAY_SERVE_ENABLE_HA_PROXY": "0", "RAY_SERVE_THROUGHPUT_OPTIMIZED": "0"},
-             "haproxy": {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"}}
+             "haproxy": {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
+                         "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "1"}}
 SYSTEMS = {"one-pool": ("vanilla",), "both-pools": ("vanilla", "speculative"),
            "spec-only": ("speculative",), "routed": ("auto",)}
 
