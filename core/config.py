@@ -77,7 +77,7 @@ from core.types import ConfigError, RequestedRoute, Route, Strict, TaskType
 # loop, as a `ray job submit` batch driver makes them). Measured on the 2-core box (2026-12-04,
 # README "Serve's frontend"): 1.2-1.9x output tok/s, the proxy 0.2 -> 0.03 cores. Not the default
 # yet: with it in this environment, CI failed tests/e2e/test_batch_job.py and the image's
-# completion test (not yet diagnosed).
+# completion test, likely because an orphan haproxy from a killed run held port 8200 (unverified).
 RAY_NODE_ENV = {"RAY_process_group_cleanup_enabled": "1"}
 
 
