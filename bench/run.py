@@ -346,8 +346,9 @@ def _save(results: dict, out: Path) -> None:
 
 def _machine() -> dict:
     """The machine, the stack's versions and Ray's node environment (`core.RAY_NODE_ENV`, or what
-    the caller's environment set instead: `RAY_SERVE_ENABLE_HA_PROXY=0
-    RAY_SERVE_THROUGHPUT_OPTIMIZED=0 python -m bench.run` measures Serve's Python proxy)."""
+    the caller's environment set instead: `RAY_SERVE_ENABLE_HA_PROXY=1
+    RAY_SERVE_THROUGHPUT_OPTIMIZED=1 RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=1 python -m bench.run`
+    measures behind HAProxy, core/config.py)."""
     import torch
     import vllm
 

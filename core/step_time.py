@@ -86,7 +86,8 @@ class StepTimeModel:
         None before any profile or sample.
 
         Up to `max_batch`: the step time of that running batch, interpolated in log2(B) between
-        known buckets (their means made non-decreasing in B, `_monotone`), flat below the smallest, and beyond the largest extended along the line
+        known buckets (their means made non-decreasing in B, `_monotone`), flat below the
+        smallest, and beyond the largest extended along the line
         through the last two (a larger batch never steps faster; with one bucket, step time
         proportional to the batch: the compute-bound bound). Above `max_batch`, N requests share
         max_batch slots, so each advances one token every T(max_batch) · N / max_batch seconds
@@ -139,10 +140,9 @@ def _monotone(mean_s: dict[int, float]) -> dict[int, float]:
     """The least-squares non-decreasing fit of per-bucket step times (isotonic regression by pool
     adjacent violators, equal weights): a step with more sequences in it never takes less time
     (it does the same work plus more), so a bucket measured slower than a larger one is noise of
-    the moment it was sampled, averaged with its neighbours rather than believed. Our reference
-    benchmark (bench/results/2026-12-03-vllm-client) saw the speculative pool's served step at
-    batch 16 at 66 ms beside 82 ms at 32 and 87 ms at 64, and its batch 2 above batch 4 in
-    another run; S(B) then rose and fell with the noise.
+    the moment it was sampled, averaged with its neighbours rather than believed. Seen on our
+    2-core box (2026-12-04, routed 1+1 after warm-up): the speculative pool's step 22.1 ms at
+    batch 2 beside 12.5 ms at 4, the vanilla pool's 9.9 beside 7.4; S(B) rose and fell with it.
 
     Args:
         mean_s: {bucket exponent: seconds per step}.
