@@ -4,7 +4,8 @@ reader sees them without Grafana:
     specserve observability png --prometheus http://127.0.0.1:9090 --out DIR [--minutes 30]
 
 Each PNG is one panel of the catalog (panels.py, `main=True`): the same queries and legends,
-evaluated with `query_range` over the last minutes (rate window: 4 steps, at least 30 s).
+evaluated with `query_range` over the last minutes (rate window: 4 steps, at least 60 s, which is
+Grafana's `$__rate_interval` for its default 15 s scrape interval: four scrapes).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def _with_gaps(points: list[tuple[float, float]], step_s: float) -> list[tuple[f
 def render_panel(url: str, panel: Panel, out: Path, start: float, end: float,
                  step_s: float) -> int:
     """Draws one panel to `out`; returns how many series it drew."""
-    window = f"{max(30, round(4 * step_s))}s"
+    window = f"{max(60, round(4 * step_s))}s"
     scale, unit = _SCALE.get(panel.unit, (1.0, ""))
     fig, ax = plt.subplots(figsize=(8, 3.6))
     drawn = 0

@@ -45,7 +45,8 @@ LABELS = {"pool", "deployment", "route", "reason", "task", "temperature", "posit
 
 @pytest.fixture(scope="module")
 def prometheus(server, tmp_path_factory):
-    """A Prometheus scraping the session app's ingress and Ray's metrics export every second."""
+    """A Prometheus scraping the session app's ingress every second and Ray's metrics export
+    every 5 s (it refreshes every 10 s; a 1 s timeout fails on a busy machine)."""
     import ray
 
     node = next(n for n in ray.nodes() if n["Alive"])
@@ -54,7 +55,7 @@ def prometheus(server, tmp_path_factory):
     ingress = server.removeprefix("http://")
     with LocalPrometheus({"specserve": (ingress, "/metrics"),
                           "ray": (f"127.0.0.1:{node['MetricsExportPort']}", "/metrics")},
-                         workdir, [workdir / RULES_FILE]) as prom:
+                         workdir, [workdir / RULES_FILE], slow_jobs={"ray": 5.0}) as prom:
         deadline = time.monotonic() + 60
         while not all(t["health"] == "up" for t in prom.targets()):
             assert time.monotonic() < deadline, prom.targets()
