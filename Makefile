@@ -25,7 +25,7 @@ export KUBE_APISERVER_BIN ?= $(CACHE)/kube-apiserver/kube-apiserver
 export PROMETHEUS_BIN ?= $(CACHE)/prometheus/prometheus
 export PROMTOOL_BIN ?= $(CACHE)/prometheus/promtool
 
-.PHONY: setup models serve test bench kube-apiserver prometheus image image-tools
+.PHONY: setup models wide serve test bench kube-apiserver prometheus image image-tools
 
 # No prerequisite: the stamp's name carries pyproject.toml's hash, and a fresh clone's
 # pyproject.toml is always newer than the stamp (that re-ran pip on every clone).
@@ -64,8 +64,14 @@ serve: models
 test: models kube-apiserver prometheus image-tools
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-bench: models
-	$(PY) -m bench.run
+# The weight-bound target (models/widen.py: the trained one with each MLP unit copied 32 times,
+# the same function; seconds once, cached), served by cluster/examples/wide.yaml.
+wide: models
+	$(PY) -m cluster.cli models widen
+
+# `make bench BENCH_ARGS="--config cluster/examples/wide.yaml"` measures the weight-bound target.
+bench: models wide
+	$(PY) -m bench.run $(BENCH_ARGS)
 
 # The test kube-apiserver (~10 min once, cached in $(CACHE)/kube-apiserver; where the build recipe
 # in ../shared is absent it prints so and the API-server tests skip, saying why).

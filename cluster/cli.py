@@ -4,6 +4,7 @@
     specserve validate [--config FILE]   check a config (names the failing field), print it resolved
     specserve models build [...]         the model lab: target, draft, then EAGLE-3/Medusa heads
     specserve models heads|report [...]  heads only (models/heads.py); speculators report via vLLM
+    specserve models widen [--k 32]      the weight-bound target, same function (models/widen.py)
     specserve render [...]               KubeRay manifests from a config (cluster/kube/cli.py)
     specserve cluster VERB [...]         apply / status / scale / upgrade / submit-batch / delete
     specserve batch --input F --output F offline generation over an OpenAI Batch API file
@@ -99,7 +100,7 @@ class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 def _models_parser() -> argparse.ArgumentParser:
     """`specserve models`: each action's flags and defaults are the lab entrypoint's own."""
-    from models import build, heads, speculators_report
+    from models import build, heads, speculators_report, widen
 
     p = argparse.ArgumentParser(prog="specserve models", description="The model lab.")
     actions = p.add_subparsers(dest="action", required=True)
@@ -108,7 +109,9 @@ def _models_parser() -> argparse.ArgumentParser:
              "heads (models.heads, its defaults)"),
             ("heads", heads, "the speculator heads only (models.heads)"),
             ("report", speculators_report, "the speculators report through vLLM "
-             "(models.speculators_report)")):
+             "(models.speculators_report)"),
+            ("widen", widen, "the weight-bound target: the trained one with each MLP unit copied "
+             "k times, the same function (models.widen)")):
         a = actions.add_parser(name, help=helptext, description=helptext,
                                formatter_class=_DefaultsFormatter)
         module.add_arguments(a)
@@ -118,10 +121,12 @@ def _models_parser() -> argparse.ArgumentParser:
 def _cmd_models(argv: list[str]) -> int:
     """`build`: target + draft (models.build, flags passed through), then the speculator heads
     (models.heads, defaults); `heads`: the heads only, flags passed through; `report`: the
-    speculators report through vLLM (models.speculators_report)."""
+    speculators report through vLLM (models.speculators_report); `widen`: the weight-bound target
+    (models.widen)."""
     from models.build import main as build_main
     from models.heads import main as heads_main
     from models.speculators_report import main as report_main
+    from models.widen import main as widen_main
 
     args = _models_parser().parse_args(argv)  # `--help` and bad flags end here
     flags = argv[argv.index(args.action) + 1:]
@@ -129,6 +134,8 @@ def _cmd_models(argv: list[str]) -> int:
         return heads_main(flags)
     if args.action == "report":
         return report_main(flags)
+    if args.action == "widen":
+        return widen_main(flags)
     return build_main(flags) or heads_main([])
 
 

@@ -4,6 +4,8 @@ tests/integration/test_models_live.py."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -78,3 +80,41 @@ def test_a_built_model_folder_is_readable_by_every_user(tmp_path):
         (partial / "sub").mkdir(mode=0o700)
     assert stat.S_IMODE((out / "model.safetensors").stat().st_mode) == 0o644
     assert stat.S_IMODE((out / "sub").stat().st_mode) == 0o755
+
+
+def test_widened_target_computes_the_same_function_and_is_cached(tmp_path):
+    """models.widen: k copies of each MLP unit leave every hidden state and logit as they were
+    (the speculators trained on the original fit it); a second run is cached; bad input refused."""
+    from models.widen import WIDEN_NAME, widen, widen_state
+
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                      num_key_value_heads=2, intermediate_size=24, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg).eval()
+    src = tmp_path / "target"
+    model.save_pretrained(src)
+    assert (src / "model.safetensors").is_file()
+    dst, cached = widen(src, tmp_path / "wide", k=4)
+    assert not cached
+    wide = LlamaForCausalLM.from_pretrained(dst).eval()
+    assert wide.config.intermediate_size == 96
+    assert wide.model.layers[0].mlp.down_proj.weight.shape == (32, 96)
+    ids = torch.randint(0, 64, (2, 12))
+    with torch.no_grad():
+        a = model(ids, output_hidden_states=True)
+        b = wide(ids, output_hidden_states=True)
+    for ha, hb in zip(a.hidden_states, b.hidden_states):
+        torch.testing.assert_close(hb, ha, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(b.logits, a.logits, rtol=1e-5, atol=1e-5)
+    assert a.logits.argmax(-1).equal(b.logits.argmax(-1))
+    assert widen(src, dst, k=4) == (dst, True)
+    assert widen(src, dst, k=2)[1] is False  # another k rewrites
+    assert json.loads((dst / WIDEN_NAME).read_text())["k"] == 2
+
+    with pytest.raises(ValueError, match="k must be"):
+        widen(src, tmp_path / "bad", k=0)
+    with pytest.raises(FileNotFoundError, match="make models"):
+        widen(tmp_path / "nowhere", tmp_path / "bad", k=2)
+    with pytest.raises(ValueError, match="Llama"):
+        widen_state({"lm_head.weight": torch.zeros(2, 2)}, 2)
+    assert not (tmp_path / "bad").exists()
