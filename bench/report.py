@@ -35,8 +35,11 @@ def fmt(values: list[float], digits: int = 0) -> str:
     return f"{m:.{digits}f} [{lo:.{digits}f}-{hi:.{digits}f}]"
 
 
-def verdict(ratios: list[float], target: float) -> str:
-    """"met" when every round clears `target`, "missed" when none does, else "open"."""
+def verdict(ratios: list[float], target: float, at_most: bool = False) -> str:
+    """"met" when every round clears `target` (is ≥ it; ≤ it with `at_most`), "missed" when none
+    does, else "open"."""
+    if at_most:
+        return verdict([-r for r in ratios], -target)
     if min(ratios) >= target:
         return "met"
     return "missed" if max(ratios) < target else "open"
@@ -153,11 +156,13 @@ def _ratio(row: dict, a: str, bs: list[str], key: str = "output_tok_s"):
             for x, y in zip(row[a], row[best])], best
 
 
-def _target(ratios: list[float], target: float) -> str:
-    """"**median x** [min-max] (verdict vs ≥ target" (the caller closes the parenthesis)."""
+def _target(ratios: list[float], target: float, at_most: bool = False) -> str:
+    """"**median x** [min-max] (verdict vs ≥ target" (≤ with `at_most`; the caller closes the
+    parenthesis)."""
     m, lo, hi = spread(ratios)
     rng = f" [{lo:.2f}-{hi:.2f}]" if len(ratios) > 1 else ""
-    return f"**{m:.2f}x**{rng} ({verdict(ratios, target)} vs ≥ {target}"
+    sign = "≤" if at_most else "≥"
+    return f"**{m:.2f}x**{rng} ({verdict(ratios, target, at_most)} vs {sign} {target}"
 
 
 def _targets(results, cells, sweep, rates) -> list[str]:
@@ -167,6 +172,14 @@ def _targets(results, cells, sweep, rates) -> list[str]:
     singles = [s for s in dict.fromkeys(s for row in cells.values() for s in row)
                if s.endswith(f"-x{n}")]
     forced = ["forced-vanilla", "forced-speculative"]
+    # The GPU's shape (issue 30), one replica each on the routed app: speculation pays on code at
+    # concurrency 1 and costs on the mix at the sweep's top concurrency.
+    low = _ratio(cells.get("code@c1", {}), "forced-speculative", ["forced-vanilla"])
+    high = _ratio(cells[sweep[-1][1]], "forced-speculative", ["forced-vanilla"]) if sweep else None
+    if low and high:
+        out.append(f"- the shape, one replica each: forced-speculative / forced-vanilla tok/s = "
+                   f"{_target(low[0], 1.8)}) on code at concurrency 1, "
+                   f"{_target(high[0], 0.9, at_most=True)}) at {sweep[-1][1]}")
     for key, row in cells.items():
         if key.startswith("machine@") and {"one-pool", "both-pools"} <= set(row):
             r = [b["output_tok_s"] / a["output_tok_s"]

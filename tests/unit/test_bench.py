@@ -145,6 +145,8 @@ def test_report_states_each_target(tmp_path):
     assert "at equal budget = **1.30x** [1.30-1.30] (met vs ≥ 0.95, vanilla-x2)" in text
     assert "at equal budget = **0.90x** [0.90-0.90] (missed vs ≥ 0.95, vanilla-x2)" in text
     assert "routed / vanilla-x2 tok/s = **2.50x** [2.50-2.50] (met vs ≥ 2.0)" in text
+    assert ("forced-speculative / forced-vanilla tok/s = **3.00x** [3.00-3.00] (met vs ≥ 1.8) on "
+            "code at concurrency 1, **0.60x** [0.60-0.60] (met vs ≤ 0.9) at mixed@c64") in text
     assert "routed goodput / best at equal budget = **1.25x** [1.25-1.25] (met vs ≥ 0.95, " \
         "speculative-ngram-x2)" in text
     assert "| 16 | 1040 [988-1144] (10.0 / 12.0) |" not in text  # the routed column is third
