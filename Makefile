@@ -25,7 +25,7 @@ export KUBE_APISERVER_BIN ?= $(CACHE)/kube-apiserver/kube-apiserver
 export PROMETHEUS_BIN ?= $(CACHE)/prometheus/prometheus
 export PROMTOOL_BIN ?= $(CACHE)/prometheus/promtool
 
-.PHONY: setup models wide serve test bench kube-apiserver prometheus image image-tools
+.PHONY: setup models wide serve serve-wide test bench kube-apiserver prometheus image image-tools
 
 # No prerequisite: the stamp's name carries pyproject.toml's hash, and a fresh clone's
 # pyproject.toml is always newer than the stamp (that re-ran pip on every clone).
@@ -68,6 +68,10 @@ test: models kube-apiserver prometheus image-tools
 # the same function; seconds once, cached), served by cluster/examples/wide.yaml.
 wide: models
 	$(PY) -m cluster.cli models widen
+
+# The same app on the weight-bound target, where speculation pays at small batch and costs at large.
+serve-wide: wide
+	$(PY) -m cluster.cli serve --config cluster/examples/wide.yaml
 
 # `make bench BENCH_ARGS="--config cluster/examples/wide.yaml"` measures the weight-bound target.
 bench: models wide
