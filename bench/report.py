@@ -22,6 +22,12 @@ def median(runs: list[dict], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
+def _shown(runs: list[dict], key: str) -> float | str:
+    """`median` for a report's table: rounded to 2 decimals ("-" when no round has it)."""
+    m = median(runs, key)
+    return "-" if m is None else round(m, 2)
+
+
 def spread(values: list[float]) -> tuple[float, float, float]:
     """(median, min, max) of `values` (at least one)."""
     return statistics.median(values), min(values), max(values)
@@ -72,13 +78,13 @@ def write_report(results: dict, out: Path) -> None:
     for c, key in sweep:
         row = cells[key]
         lines.append(f"| {c} | " + " | ".join(
-            f"{_fig(row[s], 'output_tok_s')} ({median(row[s], 'tpot_p50_ms')} / "
-            f"{median(row[s], 'tpot_p99_ms')})" if s in row else "-" for s in systems) + " |")
+            f"{_fig(row[s], 'output_tok_s')} ({_shown(row[s], 'tpot_p50_ms')} / "
+            f"{_shown(row[s], 'tpot_p99_ms')})" if s in row else "-" for s in systems) + " |")
     if "code@c1" in cells:
         lines += ["", "## Code prompts at concurrency 1", "", "| system | tok/s | TTFT p50 ms | "
                   "TPOT p50 ms | route mix |", "|---|---|---|---|---|"]
-        lines += [f"| {s} | {_fig(r, 'output_tok_s')} | {median(r, 'ttft_p50_ms')} | "
-                  f"{median(r, 'tpot_p50_ms')} | {_mix(r)} |" for s, r in cells["code@c1"].items()]
+        lines += [f"| {s} | {_fig(r, 'output_tok_s')} | {_shown(r, 'ttft_p50_ms')} | "
+                  f"{_shown(r, 'tpot_p50_ms')} | {_mix(r)} |" for s, r in cells["code@c1"].items()]
     if rates:
         lines += ["", f"## Poisson arrivals, {wl} workload: goodput req/s (SLO attainment, "
                   "TTFT p99 ms, TPOT p99 ms)", "",
@@ -87,13 +93,13 @@ def write_report(results: dict, out: Path) -> None:
             row = cells[key]
             lines.append(f"| {key.split('@')[1]} | " + " | ".join(
                 f"{_fig(row[s], 'goodput_req_s', 2)} ({median(row[s], 'slo_attainment'):.0%}, "
-                f"{median(row[s], 'ttft_p99_ms')}, {median(row[s], 'tpot_p99_ms')})"
+                f"{_shown(row[s], 'ttft_p99_ms')}, {_shown(row[s], 'tpot_p99_ms')})"
                 if s in row else "-" for s in systems) + " |")
     for key in (k for k in cells if k.startswith("machine@")):
         lines += ["", f"## The machine with one pool busy vs both ({key}, {wl} workload)", "",
                   "| system | tok/s | TPOT p50 / p99 ms | route mix |", "|---|---|---|---|"]
-        lines += [f"| {s} | {_fig(r, 'output_tok_s')} | {median(r, 'tpot_p50_ms')} / "
-                  f"{median(r, 'tpot_p99_ms')} | {_mix(r)} |" for s, r in cells[key].items()]
+        lines += [f"| {s} | {_fig(r, 'output_tok_s')} | {_shown(r, 'tpot_p50_ms')} / "
+                  f"{_shown(r, 'tpot_p99_ms')} | {_mix(r)} |" for s, r in cells[key].items()]
     lines += _cpu(cells)
     lines += _spreads(cells)
     lines += _speedup_curve(results.get("speedup_curve"))
@@ -231,7 +237,7 @@ def _cpu(cells: dict) -> list[str]:
             cpu = [r.get("cpu", {}) for r in runs]
             out.append(f"| {key} | {s} | " + " | ".join(
                 f"{statistics.median(c.get(k, 0.0) for c in cpu):.2f}" for k in kinds)
-                + f" | {median(runs, 'load_avg_1m')} |")
+                + f" | {_shown(runs, 'load_avg_1m')} |")
     return out
 
 
