@@ -59,7 +59,7 @@ def widen_state(state: dict[str, torch.Tensor], k: int) -> dict[str, torch.Tenso
             out[name] = t.repeat(k, 1).contiguous()
             widened += 1
         elif name.endswith("mlp.down_proj.weight"):
-            out[name] = (t.repeat(1, k) / k).to(t.dtype).contiguous()
+            out[name] = (t.repeat(1, k) / k).contiguous()
             widened += 1
         else:
             out[name] = t
@@ -94,8 +94,6 @@ def widen(src: Path, dst: Path, k: int = DEFAULT_K, force: bool = False) -> tupl
     for name in ("config.json", WEIGHTS):
         if not (src / name).is_file():
             raise FileNotFoundError(f"{src / name}: no lab target there (run `make models`)")
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
     record = {"source": str(src), "source_digest": _digest(src), "k": k}
     try:
         old = json.loads((dst / WIDEN_NAME).read_text())

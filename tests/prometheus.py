@@ -78,15 +78,15 @@ class LocalPrometheus:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         interval = f"{scrape_interval_s:g}s"
+        slow = slow_jobs or {}
         config = {
             "global": {"scrape_interval": interval, "evaluation_interval": interval,
                        "scrape_timeout": interval},
             "rule_files": [str(p) for p in rule_files],
             "scrape_configs": [{"job_name": job, "metrics_path": path,
                                 "static_configs": [{"targets": [address]}],
-                                **({"scrape_interval": f"{(slow_jobs or {})[job]:g}s",
-                                    "scrape_timeout": f"{(slow_jobs or {})[job]:g}s"}
-                                   if job in (slow_jobs or {}) else {})}
+                                **({"scrape_interval": f"{slow[job]:g}s",
+                                    "scrape_timeout": f"{slow[job]:g}s"} if job in slow else {})}
                                for job, (address, path) in targets.items()],
         }
         self.workdir.mkdir(parents=True, exist_ok=True)
