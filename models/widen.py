@@ -138,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         dst, cached = widen(args.src or models / "target", args.out or models / "target-wide",
                             args.k, args.force)
-    except (FileNotFoundError, ValueError) as e:
-        print(f"specserve models widen: {e}", file=sys.stderr)
+    except (FileNotFoundError, ValueError) as e:  # --k is checked above: the source is at fault
+        print(f"specserve models widen: --src: {e}", file=sys.stderr)
         return 2
     info = json.loads((dst / WIDEN_NAME).read_text())
     print(f"{dst}: k={info['k']}, intermediate_size {info['intermediate_size']}, "
