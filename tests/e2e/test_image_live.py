@@ -128,6 +128,9 @@ def test_image_serves_a_completion(image, tmp_path: Path):
               f"{json.dumps(reply.json()['choices'][0]['text'])}", file=sys.stderr)
         assert reply.json()["choices"][0]["text"], reply.text
         assert reply.headers["x-specserve-route"] in ("vanilla", "speculative"), reply.headers
+        # One pool may answer while the other's engine still starts, and /health (the
+        # HEALTHCHECK's URL) is 503 until every pool is up: wait for that, then ask podman.
+        _ready(f"http://127.0.0.1:{PORT}", time.monotonic() + READY_TIMEOUT_S)
         health = _run(["podman", "healthcheck", "run", CONTAINER], 60)
         assert health.returncode == 0, f"HEALTHCHECK: {health.stdout}{health.stderr}"
     finally:
@@ -167,6 +170,24 @@ def _first_completion(base_url: str, deadline: float) -> httpx.Response:
                 pass  # not listening yet
             if time.monotonic() > deadline:
                 pytest.fail(f"no completion within {READY_TIMEOUT_S} s:\n{_logs()}")
+            time.sleep(3)
+
+
+def _ready(base_url: str, deadline: float) -> None:
+    """Returns once GET /health is 200 (every pool's engines up); fails with its last reply and
+    the container's log at the deadline."""
+    last = "no reply"
+    with httpx.Client(base_url=base_url, timeout=30) as client:
+        while True:
+            try:
+                reply = client.get("/health")
+                if reply.status_code == 200:
+                    return
+                last = f"{reply.status_code} {reply.text}"
+            except httpx.TransportError as error:
+                last = repr(error)
+            if time.monotonic() > deadline:
+                pytest.fail(f"/health not 200 within {READY_TIMEOUT_S} s (last: {last}):\n{_logs()}")
             time.sleep(3)
 
 
