@@ -27,7 +27,7 @@ from core.stats import BUSY_METRIC, MEMORY_BOUND_METRIC, WAITING_METRIC
 from deployments.cores import SHARE_CORES_ENV, CoreLease, NoFreeCores
 from deployments.engine_args import check_engine_kwargs
 from deployments.engine_metrics import export_engine_metrics
-from deployments.profile import PROFILE_PROMPT, profile_batches, profile_step_times
+from deployments.profile import profile_batches, profile_step_times
 from deployments.sampling_check import SamplingCheck, check_sampling
 from deployments.utilization import make_source
 from router.board import get_board
@@ -106,9 +106,9 @@ class PoolServer(LLMServer):
             running_batch=lambda: self._last_stats.num_requests_running)
         self._push_task = asyncio.get_running_loop().create_task(self._push_stats())
 
-    async def _run_profile_request(self) -> None:
-        request = CompletionRequest(model=self._llm_config.model_id, prompt=PROFILE_PROMPT,
-                                    max_tokens=16, temperature=0, ignore_eos=True)
+    async def _run_profile_request(self, prompt: str, max_tokens: int) -> None:
+        request = CompletionRequest(model=self._llm_config.model_id, prompt=prompt,
+                                    max_tokens=max_tokens, temperature=0, ignore_eos=True)
         async for _ in await self.completions(request):
             pass
 
