@@ -9,11 +9,15 @@ falls short ("missed"), and as "open" when the range straddles it.
 
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 
+from bench.workload import TEMPERATURE
+
 TASKS = ("code", "math", "extraction", "chat", "creative")
 SPREAD_TARGET = 0.10  # a repeated cell's range within ±10% of its median (issue 28)
+PREDICTION_TARGET = 0.15  # predicted S within ±15% of realized, per task (issue 30)
 
 
 def median(runs: list[dict], key: str) -> float | None:
@@ -103,6 +107,7 @@ def write_report(results: dict, out: Path) -> None:
     lines += _cpu(cells)
     lines += _spreads(cells)
     lines += _speedup_curve(results.get("speedup_curve"))
+    lines += _predicted_vs_realized(results, cells, sweep)
     lines += ["", "## Routed: route mix per cell (all rounds; by task: speculative / vanilla)", ""]
     lines += [f"- {key}: {_mix(row['routed'])}; {_mix_by_task(row['routed'])}"
               for key, row in cells.items() if "routed" in row]
@@ -283,6 +288,57 @@ def _speedup_curve(curve: dict | None) -> list[str]:
         "; E[τ] per task: " + ", ".join(f"{task} {t['curve'][0]['expected_tokens']:.2f}"
                                         for task, t in tasks.items())]
     return out
+
+
+def curve_at(curves: dict, task: str, temperature: float, batch: int) -> float | None:
+    """The router's S for `task` at `temperature` and the curve's batch nearest `batch` in log2
+    (None: no curve at that temperature or none for the task).
+
+    Args:
+        curves: {str(float temperature): `GET /admin/speedup?temperature=` reply}.
+    """
+    rows = (curves.get(str(float(temperature))) or {}).get("tasks", {}).get(task, {}).get("curve")
+    if not rows:
+        return None
+    return min(rows, key=lambda r: abs(math.log2(r["batch"]) - math.log2(batch)))["speedup"]
+
+
+def _predicted_vs_realized(results: dict, cells: dict, sweep) -> list[str]:
+    """Per task at each sweep level: the router's S(B = c) at the task's workload temperature
+    (after the sweep) against the realized S = forced-vanilla / forced-speculative TPOT p50 of
+    that task (one replica each, so a closed loop of c keeps c requests in its engine), round by
+    round. Results without per-temperature curves (before 2026-12-04) predict at temperature 0
+    only, so their chat and creative rows show no prediction."""
+    curves = results.get("speedup_curves") or {}
+    if not curves and results.get("speedup_curve"):
+        curves = {"0.0": results["speedup_curve"]}
+    out, hits, total = [], 0, 0
+    for c, key in sweep:
+        row = cells[key]
+        if "forced-vanilla" not in row or "forced-speculative" not in row:
+            continue
+        for task in TASKS:
+            realized = [v["tpot_p50_ms_by_task"][task] / s["tpot_p50_ms_by_task"][task]
+                        for v, s in zip(row["forced-vanilla"], row["forced-speculative"])
+                        if v["tpot_p50_ms_by_task"].get(task)
+                        and s["tpot_p50_ms_by_task"].get(task)]
+            if not realized:
+                continue
+            predicted = curve_at(curves, task, TEMPERATURE[task], c)
+            if predicted is None:
+                out.append(f"| {c} | {task} (t={TEMPERATURE[task]}) | - | {fmt(realized, 2)} | - |")
+                continue
+            error = predicted / statistics.median(realized) - 1
+            total += 1
+            hits += abs(error) <= PREDICTION_TARGET
+            out.append(f"| {c} | {task} (t={TEMPERATURE[task]}) | {predicted:.2f} | "
+                       f"{fmt(realized, 2)} | {error:+.0%} |")
+    if not out:
+        return []
+    return ["", "## Predicted vs realized S per task (router's S(B = concurrency) after the "
+            "sweep; realized: forced-vanilla / forced-speculative TPOT p50)", "",
+            "| concurrency | task | predicted S | realized S | error |", "|---|---|---|---|---|",
+            *out, "", f"Within ±{PREDICTION_TARGET:.0%}: {hits} of {total} cells."]
 
 
 def _plots(cells, systems, sweep, out: Path) -> None:

@@ -46,6 +46,7 @@ import httpx
 
 from bench.cells import measure_app, measure_decision_latency, measure_overhead
 from bench.report import median, write_report
+from bench.workload import TEMPERATURE
 from core import DEFAULT_CONFIG_PATH, SpecserveConfig, models_dir
 
 CHECKPOINTS = {"draft_model": "draft", "eagle3": "eagle3", "eagle": "eagle", "medusa": "medusa"}
@@ -118,7 +119,10 @@ def run_app(app: App, args, rates, tokenizer, overhead: bool = False, machine: b
         cells = asyncio.run(measure_app(url, app, args, rates, model, tokenizer, machine))
         extra = None
         if overhead:
-            extra = {"speedup_curve": httpx.get(url + "/admin/speedup", timeout=30).json()}
+            curves = {str(float(t)): httpx.get(url + "/admin/speedup", params={"temperature": t},
+                                               timeout=30).json()
+                      for t in sorted(set(TEMPERATURE.values()))}
+            extra = {"speedup_curve": curves["0.0"], "speedup_curves": curves}
             try:
                 serve.run(build_direct_app("specserve", "vanilla", model), name="direct",
                           route_prefix=PREFIX)
@@ -305,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
                                    machine=app is routed)
                 if app is routed and r == 0:
                     results["speedup_curve"] = extra.pop("speedup_curve")
+                    results["speedup_curves"] = extra.pop("speedup_curves")
                     results["overhead"] = extra if "requests" in extra else None
             if r == 0 and not args.no_switch:  # its schedule from round 1's crossover
                 cut = crossover(results["cells"], spec_n, vanilla_n, args.concurrency,

@@ -55,16 +55,26 @@ class AdminEndpoints:
         logger.info(json.dumps({"event": "pin", "pin": body["pin"]}))
         return JSONResponse(await self.get_policy())
 
-    async def get_speedup(self) -> dict:
-        """The profiled S(B) curve per task type at temperature 0 (see
-        `SpeedupModel.curve`), with the largest batch at which S still reaches
-        `router.min_speedup` ("pays_up_to_batch"; 0: nowhere)."""
+    async def get_speedup(self, request: Request) -> Response:
+        """The profiled S(B) curve per task type (see `SpeedupModel.curve`) at the query's
+        `temperature` (default 0: E[τ] depends on it), with the largest batch at which S still
+        reaches `router.min_speedup` ("pays_up_to_batch"; 0: nowhere). 400 when `temperature`
+        is not a number in [0, 2] (OpenAI's range)."""
+        raw = request.query_params.get("temperature", "0")
+        try:
+            temperature = float(raw)
+        except ValueError:
+            temperature = float("nan")
+        if not 0.0 <= temperature <= 2.0:
+            return error_response(400, f"temperature: expected a number in [0, 2], got {raw!r}",
+                                  param="temperature")
         out = {}
         for task in get_args(TaskType):
-            rows = self._decider.speedup_model.curve(task, 0.0)
+            rows = self._decider.speedup_model.curve(task, temperature)
             pays = [r["batch"] for r in rows if r["speedup"] >= self._cfg.router.min_speedup]
             out[task] = {"pays_up_to_batch": max(pays, default=0), "curve": rows}
-        return {"min_speedup": self._cfg.router.min_speedup, "tasks": out}
+        return JSONResponse({"min_speedup": self._cfg.router.min_speedup,
+                             "temperature": temperature, "tasks": out})
 
     async def get_autoscaling(self) -> dict:
         """The autoscaling policy's view from the StatsBoard: `policy` (rules | budget), its

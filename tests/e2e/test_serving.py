@@ -39,6 +39,20 @@ def stream_text(client, path, body) -> tuple[str, list[dict]]:
     return text, chunks
 
 
+def test_the_speedup_model_answers_at_a_temperature_and_refuses_a_bad_one(client):
+    assert until(lambda: client.get("/admin/speedup").json()["tasks"]["code"]["curve"], 30, 0.5)
+    greedy, hot = (client.get("/admin/speedup", params={"temperature": t}).json()
+                   for t in (0, 1.0))
+    assert (greedy["temperature"], hot["temperature"]) == (0.0, 1.0)
+    for task in ("code", "creative"):  # the same batches; E[τ] from that temperature's counts
+        batches = [[r["batch"] for r in c["tasks"][task]["curve"]] for c in (greedy, hot)]
+        assert batches[0] == batches[1] and batches[0], batches
+    for bad in ("hot", "-0.5", "2.5", "nan"):
+        r = client.get("/admin/speedup", params={"temperature": bad})
+        assert r.status_code == 400, (bad, r.text)
+        assert r.json()["error"]["param"] == "temperature", r.text
+
+
 def test_auto_decisions_explain_themselves(client):
     # both pools profile their step times at start; the router folds the StatsBoard's view in
     # every 0.5 s, so a request sent the moment the last pool came up may not see it yet

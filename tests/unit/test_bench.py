@@ -160,8 +160,28 @@ def test_report_states_each_target(tmp_path):
     assert "64 at a time): p50 0.5 ms, p99 1.5 ms" in text
     assert "| 64 | 100.0 | 400.0 | 0.75 |" in text
     assert "pays (S ≥ 1.1) up to batch: code 8, chat 0" in text
+    # predicted S(B = c) against forced-vanilla / forced-speculative TPOT (equal here: S = 1);
+    # c16 takes the curve's batch nearest in log2 (64)
+    assert "| 1 | code (t=0.0) | 2.50 | 1.00 [1.00-1.00] | +150% |" in text
+    assert "| 16 | code (t=0.0) | 0.75 | 1.00 [1.00-1.00] | -25% |" in text
+    assert "Within ±15%: 0 of 3 cells." in text
     for png in ("throughput.png", "tpot_p99.png", "speedup_by_task.png"):
         assert (tmp_path / png).stat().st_size > 1000
+
+
+def test_predicted_s_is_read_at_the_tasks_temperature_and_nearest_batch():
+    from bench.report import curve_at
+
+    def reply(speedups):
+        return {"tasks": {"chat": {"curve": [{"batch": b, "speedup": x}
+                                             for b, x in speedups.items()]}}}
+    curves = json.loads(json.dumps({"0.0": reply({1: 2.0, 8: 1.5, 64: 0.8}),
+                                    "0.7": reply({1: 1.4, 8: 1.0, 64: 0.5})}))
+    assert curve_at(curves, "chat", TEMPERATURE["chat"], 4) == 1.0  # log2 4 nearer 8 than 1
+    assert curve_at(curves, "chat", 0, 2) == 2.0
+    assert curve_at(curves, "chat", 0, 128) == 0.8
+    assert curve_at(curves, "chat", 1.0, 1) is None  # no curve at that temperature
+    assert curve_at(curves, "code", 0, 1) is None
 
 
 def test_contention_table_fits_the_slowdown_beside_the_joint_batch_model():
