@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -106,11 +107,16 @@ class PoolServer(LLMServer):
             running_batch=lambda: self._last_stats.num_requests_running)
         self._push_task = asyncio.get_running_loop().create_task(self._push_stats())
 
-    async def _run_profile_request(self, prompt: str, max_tokens: int) -> None:
+    async def _run_profile_request(self, prompt: str, max_tokens: int,
+                                   on_first: Callable[[], None]) -> None:
         request = CompletionRequest(model=self._llm_config.model_id, prompt=prompt,
-                                    max_tokens=max_tokens, temperature=0, ignore_eos=True)
+                                    max_tokens=max_tokens, temperature=0, ignore_eos=True,
+                                    stream=True)
+        first = True
         async for _ in await self.completions(request):
-            pass
+            if first:
+                first = False
+                on_first()
 
     def engine_stats_now(self) -> EngineStats:
         """This replica's engine stats, read from vLLM's in-process Prometheus registry."""

@@ -1,20 +1,25 @@
 """Step-time profile of a pool replica's engine, measured at replica start.
 
-For each batch size B (powers of two), B greedy requests run together twice: once for their
-first token only (prefill), once for `1 + decode_tokens` tokens. Seconds per decode step =
-Δwall / Δengine iterations between the two runs (vLLM's `vllm:iteration_tokens_total` count), so
-the prefill, which both runs pay alike, drops out. On the vanilla pool that is T_t(B, 1); on the
-speculative pool γ·T_d(B) + T_t(B, γ+1): what a running request lives per step, the quantity the
-router's served samples (mean inter-token latency, core/step_time.py) measure.
+For each batch size B (powers of two), B greedy requests of `1 + decode_tokens` tokens run
+together, streamed. The measured window opens when the last of them has its first token (every
+prefill done) and closes when the first of them finishes, so that B requests decode in every step
+of it and no step prefills: seconds per decode step = Δwall / Δengine iterations over the window
+(vLLM's `vllm:iteration_tokens_total` count, read at both ends just after an output arrived, so
+its lag behind the outputs cancels). On the vanilla pool that is T_t(B, 1); on the speculative pool
+γ·T_d(B) + T_t(B, γ+1): what a running request lives per step, the quantity the router's served
+samples (mean inter-token latency, core/step_time.py) measure.
 
-Why the difference: a 16-token profile that counted its prefill measured 1459 ms per step at
-batch 64 on the weight-bound target's speculative pool, where its prefill alone took 4.9 s of the
-8.8 s and decode steps took 337 ms (bench/results/2026-12-04-wide/profile-vs-decode.log), and the
-router's S(B) then said code pays to batch 128.
+Why a window: the 16-token profile that counted every step of its requests measured 1459 ms per
+step at batch 64 on the weight-bound target's speculative pool, where the prefill alone took 4.9 s
+of the 8.8 s and decode steps took 337 ms (bench/results/2026-12-04-wide/profile-vs-decode.log),
+and the router's S(B) said code pays to batch 128. Differencing a 1-token run out of a longer one
+fixed the mean but not the noise: two prefills of seconds each, one of them beside the other
+pool's profile, left 587 ms at batch 64 between 83 ms at 32 and 492 ms at 128 (vanilla pool,
+served, float32, 2026-12-04).
 
-Each request's prompt starts with its own tag, so that no run reads another's prefill from
-vLLM's prefix cache; the rest repeats itself so that n-gram speculators propose full drafts, as in
-real code traffic.
+Each request's prompt starts with its own tag, so that no request reads another's prefill from
+vLLM's prefix cache (real traffic pays its prefill); the rest repeats itself so that n-gram
+speculators propose full drafts, as in real code traffic.
 """
 
 from __future__ import annotations
@@ -25,9 +30,10 @@ import time
 from typing import Awaitable, Callable
 
 PROFILE_PROMPT = "for i in range(10):\n    print(i)\n" * 4
-# Decode tokens per profiled request after its first: 32 gives a speculative engine at mean
-# acceptance length 4 eight steps to measure.
-DECODE_TOKENS = 32
+# Output tokens per profiled request after its first. Requests prefilled in different chunked
+# steps start decoding up to a few steps apart, which the window loses; 48 leaves a speculative
+# engine at mean acceptance length 4 about 12 steps, minus that stagger.
+DECODE_TOKENS = 48
 
 
 def profile_batches(max_batch: int) -> list[int]:
@@ -45,8 +51,10 @@ def profile_prompt(tag: int) -> str:
     return f"# {tag}\n{PROFILE_PROMPT}"
 
 
-async def profile_step_times(run_one: Callable[[str, int], Awaitable[None]],
-                             iterations: Callable[[], int],
+RunOne = Callable[[str, int, Callable[[], None]], Awaitable[None]]
+
+
+async def profile_step_times(run_one: RunOne, iterations: Callable[[], int],
                              batches: list[int],
                              decode_tokens: int = DECODE_TOKENS) -> dict[int, float]:
     """{B: seconds per decode step} for each B in `batches`, after one unmeasured warm-up
@@ -55,15 +63,16 @@ async def profile_step_times(run_one: Callable[[str, int], Awaitable[None]],
     pool measured 160 ms per step at batch 1 against 15 ms at batch 2, and the router sent the
     README's code request vanilla at S = 0.18; with it, 9 ms and S = 5.2 (measured on 2 cores).
 
-    A batch whose decode run took no more steps or time than its prefill run (a clock or counter
-    hiccup) is left out; the router then uses the neighbouring buckets.
+    A batch whose window holds no engine step (a request finished before the last one started)
+    is left out; the router then uses the neighbouring buckets.
 
     Args:
-        run_one: runs one greedy request (prompt, max_tokens) to completion on the engine,
-            ignoring EOS.
+        run_one: runs one greedy request (prompt, max_tokens, on_first) to completion on the
+            engine, streamed and ignoring EOS, calling `on_first()` once its first output
+            arrives.
         iterations: the engine's step counter now.
         batches: batch sizes to measure.
-        decode_tokens: output tokens after the first in the decode run (≥ 1).
+        decode_tokens: output tokens after the first (≥ 1).
 
     Raises:
         ValueError: decode_tokens < 1.
@@ -73,19 +82,23 @@ async def profile_step_times(run_one: Callable[[str, int], Awaitable[None]],
     tags = itertools.count()
     out: dict[int, float] = {}
     if batches:
-        await run_one(profile_prompt(next(tags)), 1 + decode_tokens)
-
-    async def timed(b: int, max_tokens: int) -> tuple[float, int]:
-        before, t0 = iterations(), time.perf_counter()
-        await asyncio.gather(*(run_one(profile_prompt(next(tags)), max_tokens)
-                               for _ in range(b)))
-        wall = time.perf_counter() - t0
-        await asyncio.sleep(0.05)  # the stats logger records the last step after its output
-        return wall, iterations() - before
-
+        await run_one(profile_prompt(next(tags)), 1 + decode_tokens, lambda: None)
     for b in batches:
-        prefill_s, prefill_steps = await timed(b, 1)
-        wall, steps = await timed(b, 1 + decode_tokens)
-        if steps > prefill_steps and wall > prefill_s:
-            out[b] = (wall - prefill_s) / (steps - prefill_steps)
+        started: list[int] = []
+        ends: dict[str, tuple[float, int]] = {}
+
+        def first(b: int = b, started: list[int] = started, ends=ends) -> None:
+            started.append(1)
+            if len(started) == b:
+                ends["open"] = (time.perf_counter(), iterations())
+
+        async def one(ends=ends) -> None:
+            await run_one(profile_prompt(next(tags)), 1 + decode_tokens, first)
+            ends.setdefault("close", (time.perf_counter(), iterations()))
+
+        await asyncio.gather(*(one() for _ in range(b)))
+        if "open" in ends:
+            (t0, it0), (t1, it1) = ends["open"], ends["close"]
+            if it1 > it0 and t1 > t0:
+                out[b] = (t1 - t0) / (it1 - it0)
     return out

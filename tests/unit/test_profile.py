@@ -1,6 +1,7 @@
 """The startup step-time profile (deployments/profile.py) on a simulated engine whose prefill
 costs far more than its decode steps, as the weight-bound target's at batch 64 (4.9 s of prefill
-against 337 ms decode steps, bench/results/2026-12-04-wide/profile-vs-decode.log)."""
+against 337 ms decode steps, bench/results/2026-12-04-wide/profile-vs-decode.log), and is chunked
+over several steps that also decode (vLLM's chunked prefill)."""
 
 import asyncio
 
@@ -9,7 +10,8 @@ import pytest
 from deployments import profile
 from deployments.profile import profile_step_times
 
-PREFILL_S = 0.5  # per request, in one engine step
+PREFILL_S = 0.5  # per request
+CHUNK = 4  # requests prefilled per step at most
 
 
 def step_s(batch: int) -> float:
@@ -18,40 +20,40 @@ def step_s(batch: int) -> float:
 
 
 class Engine:
-    """A continuous-batching engine on a simulated clock: each step either prefills every request
-    that arrived (one token each) or decodes every running request by `tokens_per_step`."""
+    """A continuous-batching engine on a simulated clock. Each step prefills up to CHUNK waiting
+    requests (one token each) and decodes every running request by `tokens_per_step`; its time is
+    the sum of both parts."""
 
     def __init__(self, tokens_per_step: int = 1):
         self.clock = 0.0
         self.iterations = 0
         self.prompts: list[str] = []
         self.tokens_per_step = tokens_per_step
-        self._new: list[list] = []
+        self._waiting: list[list] = []
         self._running: list[list] = []
 
-    async def run_one(self, prompt: str, max_tokens: int) -> None:
+    async def run_one(self, prompt: str, max_tokens: int, on_first) -> None:
         self.prompts.append(prompt)
         done = asyncio.get_running_loop().create_future()
-        self._new.append([max_tokens, done])
+        self._waiting.append([max_tokens, done, on_first])
         await done
 
     async def serve(self) -> None:
         while True:
             await asyncio.sleep(0)  # every request of a gather arrives before the next step
-            if self._new:
-                batch, self._new = self._new, []
-                self.clock += PREFILL_S * len(batch)
-                emitted = 1
-            elif self._running:
-                batch, self._running = self._running, []
-                self.clock += step_s(len(batch))
-                emitted = self.tokens_per_step
-            else:
+            if not self._waiting and not self._running:
                 await asyncio.sleep(0.001)
                 continue
+            prefill, self._waiting = self._waiting[:CHUNK], self._waiting[CHUNK:]
+            decode, self._running = self._running, []
+            self.clock += PREFILL_S * len(prefill) + (step_s(len(decode)) if decode else 0.0)
             self.iterations += 1
-            for request in batch:
-                request[0] -= emitted
+            for request in prefill:
+                request[0] -= 1
+                request[2]()
+            for request in decode:
+                request[0] -= self.tokens_per_step
+            for request in prefill + decode:
                 if request[0] <= 0:
                     request[1].set_result(None)
                 else:
@@ -73,16 +75,22 @@ def measure(monkeypatch, engine: Engine, batches: list[int], **kw) -> dict[int, 
 
 
 @pytest.mark.parametrize("tokens_per_step", [1, 3])
-def test_the_prefill_drops_out_of_the_decode_step_time(monkeypatch, tokens_per_step):
+def test_only_steps_in_which_every_request_decodes_are_timed(monkeypatch, tokens_per_step):
     engine = Engine(tokens_per_step)
     measured = measure(monkeypatch, engine, [1, 2, 4, 8, 16])
     assert measured == pytest.approx({b: step_s(b) for b in (1, 2, 4, 8, 16)})
 
 
+def test_a_batch_whose_requests_never_all_decode_together_is_left_out(monkeypatch):
+    # 16 requests prefill over 4 steps; with 1 decode token the first finish before the last start
+    measured = measure(monkeypatch, Engine(), [2, 16], decode_tokens=1)
+    assert set(measured) == {2}
+
+
 def test_no_two_prompts_share_a_prefix_cache_block(monkeypatch):
     engine = Engine()
     measure(monkeypatch, engine, [1, 2, 4], decode_tokens=4)
-    assert len(engine.prompts) == 1 + 2 * (1 + 2 + 4)  # the warm-up, then two runs per batch
+    assert len(engine.prompts) == 1 + 1 + 2 + 4  # the warm-up, then each batch once
     firsts = [p.splitlines()[0] for p in engine.prompts]
     assert len(set(firsts)) == len(firsts)
 
