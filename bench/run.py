@@ -311,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
                     results["speedup_curve"] = extra.pop("speedup_curve")
                     results["speedup_curves"] = extra.pop("speedup_curves")
                     results["overhead"] = extra if "requests" in extra else None
+                    _save(results, out)  # a run stopped in a later round keeps them
             if r == 0 and not args.no_switch:  # its schedule from round 1's crossover
                 cut = crossover(results["cells"], spec_n, vanilla_n, args.concurrency,
                                 args.workload)
