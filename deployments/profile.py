@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Iterator
 
 PROFILE_PROMPT = "for i in range(10):\n    print(i)\n" * 4
 # Output tokens per profiled request after its first. Requests prefilled in different chunked
@@ -84,21 +84,30 @@ async def profile_step_times(run_one: RunOne, iterations: Callable[[], int],
     if batches:
         await run_one(profile_prompt(next(tags)), 1 + decode_tokens, lambda: None)
     for b in batches:
-        started: list[int] = []
-        ends: dict[str, tuple[float, int]] = {}
-
-        def first(b: int = b, started: list[int] = started, ends=ends) -> None:
-            started.append(1)
-            if len(started) == b:
-                ends["open"] = (time.perf_counter(), iterations())
-
-        async def one(ends=ends) -> None:
-            await run_one(profile_prompt(next(tags)), 1 + decode_tokens, first)
-            ends.setdefault("close", (time.perf_counter(), iterations()))
-
-        await asyncio.gather(*(one() for _ in range(b)))
-        if "open" in ends:
-            (t0, it0), (t1, it1) = ends["open"], ends["close"]
-            if it1 > it0 and t1 > t0:
-                out[b] = (t1 - t0) / (it1 - it0)
+        step_s = await _decode_window(run_one, iterations, b, 1 + decode_tokens, tags)
+        if step_s is not None:
+            out[b] = step_s
     return out
+
+
+async def _decode_window(run_one: RunOne, iterations: Callable[[], int], batch: int,
+                         max_tokens: int, tags: Iterator[int]) -> float | None:
+    """Seconds per step while all `batch` requests decode (None: no step had them all)."""
+    started = 0
+    ends: dict[str, tuple[float, int]] = {}
+
+    def on_first() -> None:
+        nonlocal started
+        started += 1
+        if started == batch:
+            ends["open"] = (time.perf_counter(), iterations())
+
+    async def one() -> None:
+        await run_one(profile_prompt(next(tags)), max_tokens, on_first)
+        ends.setdefault("close", (time.perf_counter(), iterations()))
+
+    await asyncio.gather(*(one() for _ in range(batch)))
+    if "open" not in ends:
+        return None
+    (t0, it0), (t1, it1) = ends["open"], ends["close"]
+    return (t1 - t0) / (it1 - it0) if it1 > it0 and t1 > t0 else None
