@@ -13,6 +13,9 @@
                                          the dashboard's main panels as PNGs (cluster/observability)
     specserve image build [--engine cpu|gpu] [--tool T] [--base IMAGE] [--repository REPO]
                                          the container image (cluster/image.py, manifests/image/)
+    specserve speculator retrain --config FILE [...]
+                                         the EAGLE-3 head trained on captured traffic, gated by
+                                         vLLM's acceptance, as a new version (models/retrain.py)
 """
 
 from __future__ import annotations
@@ -173,6 +176,9 @@ def parser() -> argparse.ArgumentParser:
     o.add_argument("action", choices=["png"])
     sub.add_parser("image", add_help=False, help="build the container image for one engine "
                    "(see `specserve image build --help`)")
+    s = sub.add_parser("speculator", add_help=False, help="the serving speculator: retrain it "
+                       "on captured traffic (see `specserve speculator retrain --help`)")
+    s.add_argument("action", choices=["retrain"])
     return p
 
 
@@ -190,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_observability(args, rest)
         if args.command == "image":
             return image_main(rest)
+        if args.command == "speculator":
+            from models.retrain import main as retrain_main
+            return retrain_main(rest)
         if rest:
             parser().error(f"unrecognized arguments: {' '.join(rest)}")
         return {"serve": _cmd_serve, "validate": _cmd_validate}[args.command](args)

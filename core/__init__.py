@@ -11,6 +11,7 @@ from core.acceptance import AcceptanceEstimator, temperature_bucket
 from core.arrivals import ArrivalCounter
 from core.autoscaling_config import (POLICY_FUNCTION, AutoscalingConfig, PoolScalingConfig,
                                      serve_autoscaling_policy)
+from core.capture_config import CaptureConfig
 from core.checkpoints import check_checkpoints, check_speculator_matches_target
 from core.config import (RAY_NODE_ENV, ModelConfig, RouterConfig, ServerConfig, SpecserveConfig,
                          haproxy_ports_env, use_ray_node_env)
@@ -28,7 +29,7 @@ from core.types import ConfigError, RequestedRoute, Route, SpeculativeMethod, St
 
 __all__ = [
     "AcceptanceEstimator", "ArrivalCounter", "AutoscalingConfig", "batched_speedup",
-    "BoardSnapshot", "busy_window_samples", "check_checkpoints", "check_node_labels",
+    "BoardSnapshot", "busy_window_samples", "CaptureConfig", "check_checkpoints", "check_node_labels",
     "check_speculator_matches_target", "ConfigError", "DEFAULT_CONFIG_PATH",
     "EngineStats", "expected_tokens", "KubeConfig", "load_config",
     "ModelConfig", "models_dir", "MODELS_DIR_ENV", "per_position_acceptance", "POLICY_FUNCTION",

@@ -60,6 +60,7 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from core.autoscaling_config import AutoscalingConfig, serve_autoscaling_policy
+from core.capture_config import CaptureConfig
 from core.kube_config import KubeConfig, project_image
 from core.pool_config import PoolConfig, SpeculativePoolConfig, check_node_labels
 from core.specdecode import MIN_SPEEDUP
@@ -198,6 +199,9 @@ class SpecserveConfig(Strict):
     autoscaling: AutoscalingConfig = Field(default_factory=AutoscalingConfig, description="Both "
                                            "pools sized by one policy under one accelerator "
                                            "budget (core/autoscaling_config.py).")
+    capture: CaptureConfig = Field(default_factory=CaptureConfig, description="Opt-in recording "
+                                   "of served requests for `specserve speculator retrain` "
+                                   "(core/capture_config.py).")
     kubernetes: KubeConfig = Field(default_factory=KubeConfig, description="RayService and RayJob "
                                    "rendering (cluster/kube/render.py); unused by `specserve serve`.")
 

@@ -64,6 +64,10 @@ class EngineStats:
     # The replica's startup check (deployments/sampling_check.py): its engine samples the
     # target's distribution on the speculative path at temperature > 0.
     lossless_sampling: bool = False
+    # Capture (deployments/capture.py): rows by outcome since the replica started, and the p99 of
+    # the seconds capture added to a captured request's path (0.0: capture off or no request yet).
+    capture_rows: dict[str, int] = field(default_factory=dict)
+    capture_added_p99_s: float = 0.0
 
     @classmethod
     def from_vllm_snapshot(cls, metrics: list) -> EngineStats:
@@ -86,13 +90,17 @@ class EngineStats:
         return s
 
     def add(self, other: EngineStats) -> None:
-        """Adds another engine's stats in place (kv_cache_usage becomes the maximum)."""
+        """Adds another engine's stats in place (kv_cache_usage and capture_added_p99_s become
+        the maximum)."""
         for name in ("num_requests_running", "num_requests_waiting", "generation_tokens",
                      "prompt_tokens", "num_drafts", "num_draft_tokens", "num_accepted_tokens",
                      "iterations", "itl_count", "itl_sum_s"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.kv_cache_usage = max(self.kv_cache_usage, other.kv_cache_usage)
         self.accepted_per_pos = _add_lists(self.accepted_per_pos, other.accepted_per_pos)
+        for outcome, n in other.capture_rows.items():
+            self.capture_rows[outcome] = self.capture_rows.get(outcome, 0) + n
+        self.capture_added_p99_s = max(self.capture_added_p99_s, other.capture_added_p99_s)
 
 
 def busy_window_samples(prev: EngineStats, now: EngineStats, wall_s: float

@@ -66,7 +66,8 @@ def build_app_from_config(cfg: SpecserveConfig, autoscale: bool = False) -> Appl
     pools = {name: build_pool(name, cfg.model, getattr(cfg, name),
                               pool_deployment_config(cfg, name, autoscale),
                               {"utilization_source": cfg.autoscaling.utilization_source,
-                               "dcgm_exporter_url": cfg.autoscaling.dcgm_exporter_url})
+                               "dcgm_exporter_url": cfg.autoscaling.dcgm_exporter_url},
+                              cfg.capture)
              for name in cfg.pools()}
     return build_ingress(cfg, pools)
 

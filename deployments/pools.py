@@ -22,9 +22,10 @@ from ray.serve.llm.deployment import LLMServer
 from ray.serve.llm.openai_api_models import CompletionRequest
 from vllm.v1.metrics.reader import get_metrics_snapshot
 
-from core import (PUSH_PERIOD_S, EngineStats, ModelConfig, PoolConfig, SpeculativePoolConfig,
+from core import (PUSH_PERIOD_S, CaptureConfig, EngineStats, ModelConfig, PoolConfig, SpeculativePoolConfig,
                   StepTimeModel, busy_window_samples, resolve_path, use_serve_log_handlers)
 from core.stats import BUSY_METRIC, MEMORY_BOUND_METRIC, WAITING_METRIC
+from deployments.capture import CaptureRecorder, install_capture
 from deployments.cores import SHARE_CORES_ENV, CoreLease, NoFreeCores
 from deployments.engine_args import check_engine_kwargs
 from deployments.engine_metrics import export_engine_metrics
@@ -54,6 +55,8 @@ class PoolServer(LLMServer):
         dcgm_exporter_url: dcgm-exporter's /metrics URL (utilization_source `dcgm`).
         cpu_cores: on CPU, the cores this replica leases for its engine (deployments/cores.py:
             its `tensor_parallel_size`); 0 on GPU, where Ray assigns the GPUs.
+        capture: the config's `capture:` block (`CaptureConfig` as a dict); when enabled, the
+            requests the router marks are recorded (deployments/capture.py).
 
     Raises:
         NoFreeCores: every core of the node is leased by other replicas (Ray schedules a CPU
@@ -63,7 +66,7 @@ class PoolServer(LLMServer):
 
     async def __init__(self, llm_config: LLMConfig, *, pool: str, profile_max_batch: int = 0,
                        utilization_source: str = "engine", dcgm_exporter_url: str = "",
-                       cpu_cores: int = 0, **kwargs):
+                       cpu_cores: int = 0, capture: dict | None = None, **kwargs):
         use_serve_log_handlers()
         self._pool = pool
         ctx = serve.get_replica_context()
@@ -105,6 +108,15 @@ class PoolServer(LLMServer):
         self._utilization = make_source(
             utilization_source, model=self._steps, dcgm_url=dcgm_exporter_url,
             running_batch=lambda: self._last_stats.num_requests_running)
+        self._capture = None
+        capture_cfg = CaptureConfig.model_validate(capture or {})
+        client = getattr(self.engine, "_engine_client", None)
+        if capture_cfg.enabled and client is not None:
+            self._capture = CaptureRecorder(capture_cfg, pool)
+            install_capture(client, self._capture)
+            self._capture.start()
+            logger.info("%s replica %s captures marked requests to %s", pool, self._replica_id,
+                        capture_cfg.uri)
         self._push_task = asyncio.get_running_loop().create_task(self._push_stats())
 
     async def _run_profile_request(self, prompt: str, max_tokens: int,
@@ -140,6 +152,9 @@ class PoolServer(LLMServer):
                 self._last_stats = stats
                 stats.profile = self._profile
                 stats.lossless_sampling = self._sampling.lossless
+                if self._capture is not None:
+                    stats.capture_rows = dict(self._capture.counts)
+                    stats.capture_added_p99_s = self._capture.added_p99_s()
                 self._board.report_engine.remote(self._replica_id, self._pool, stats)
                 prev_t, prev = now_t, stats
             except Exception:  # a stats hiccup must never take the replica down
@@ -178,7 +193,8 @@ class PoolServer(LLMServer):
         return client.get_num_unfinished_requests() if client is not None else 0
 
     async def __del__(self) -> None:
-        """Stops the stats push and the vLLM engine, its child processes included.
+        """Writes the rows capture still holds, stops the stats push and the vLLM engine, its
+        child processes included.
 
         Serve calls it when it stops the replica gracefully (scale-down, redeploy,
         `serve.shutdown()`). `LLMServer.__del__` only closes Ray's prompt-token channel (ray 2.60
@@ -190,6 +206,8 @@ class PoolServer(LLMServer):
             task.cancel()
             self._board.forget_engine.remote(self._replica_id)  # gone now, not in 5 s
         try:
+            if getattr(self, "_capture", None) is not None:
+                await self._capture.close()  # what is queued reaches the store
             await super().__del__()
         finally:
             shutdown_engine_processes(getattr(self, "engine", None))
@@ -270,16 +288,19 @@ def llm_config(model: ModelConfig, pool: PoolConfig, deployment_config: dict | N
 
 
 def build_pool(name: str, model: ModelConfig, pool: PoolConfig,
-               deployment_config: dict | None = None, utilization: dict | None = None):
+               deployment_config: dict | None = None, utilization: dict | None = None,
+               capture: CaptureConfig | None = None):
     """A bound `PoolServer` deployment named `name` ("vanilla" or "speculative").
 
     Args:
         deployment_config: Serve deployment options (see `llm_config`).
         utilization: extra `PoolServer` kwargs choosing its utilization source.
+        capture: the config's `capture:` block (default: off).
     """
     return build_llm_deployment(
         llm_config(model, pool, deployment_config), deployment_cls=PoolServer,
         bind_kwargs={"pool": name, "profile_max_batch": pool.profile_batch_limit(),
                      "cpu_cores": pool.tensor_parallel_size if pool.accelerator == "cpu" else 0,
+                     "capture": (capture or CaptureConfig()).model_dump(mode="json"),
                      **(utilization or {})},
         override_serve_options={"name": name})

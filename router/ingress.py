@@ -31,6 +31,7 @@ from core.ray_private import ModelCard, OpenAIHTTPException
 from router.admin import AdminEndpoints
 from router.auth import ApiKeyGuard, ApiKeys
 from router.board import get_board
+from router.capture import CaptureMarks
 from router.body_limit import BodyLimit
 from router.decider import PoolHealth, RouteDecider
 from router.errors import error_response, install_error_handlers
@@ -117,6 +118,7 @@ class SpecserveIngress(AdminEndpoints, OpenAiIngress):
         self._pressure = self._decider.pressure
         self._metrics = RouterMetrics(self._pressure.pool_stats, self._decider.speedup_model,
                                       model_card.id)
+        self._capture = CaptureMarks(self._cfg.capture)
         self._ready = False  # every pool has had its starting replicas up (`health`)
         self._background = asyncio.get_event_loop().create_task(self._decider.run())
 
@@ -171,6 +173,8 @@ class SpecserveIngress(AdminEndpoints, OpenAiIngress):
         self._metrics.observe_decision(route, decision.reason, features.task, decision.speedup)
         logger.info(json.dumps(routed.log_record(
             raw_request.headers.get("x-request-id") if raw_request else None)))
+        self._capture.mark(body, raw_request.headers.get("authorization") if raw_request else None,
+                           features.task)
         keep_usage = wants_usage(body)  # the client's choice, whichever pool ends up serving
         if body.stream and not keep_usage:
             # vLLM reports a stream's acceptance only on its final usage chunk: ask for it, learn

@@ -131,6 +131,20 @@ class _PoolCollector:
             for i, n in enumerate(p.engine.accepted_per_pos):
                 per_pos.add_metric([pool, str(i)], n)
         yield per_pos
+        rows = CounterMetricFamily("specserve_capture_rows", "Captured rows by outcome: written "
+                                   "to the store, or dropped (store full, backlog, store error); "
+                                   "requests are never dropped (deployments/capture.py).",
+                                   labels=["pool", "outcome"])
+        added = GaugeMetricFamily("specserve_capture_added_p99_seconds", "p99 of the time capture "
+                                  "added to a captured request's path (max over replicas).",
+                                  labels=["pool"])
+        for pool, p in pools.items():
+            for outcome, n in sorted(p.engine.capture_rows.items()):
+                rows.add_metric([pool, outcome], n)
+            if p.engine.capture_rows:
+                added.add_metric([pool], p.engine.capture_added_p99_s)
+        yield rows
+        yield added
 
 
 class _VllmSpecDecodeCollector:

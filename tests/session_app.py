@@ -31,7 +31,9 @@ DRAFT_SPECULATOR = {"method": "draft_model", "model": "${models}/draft",
                     "num_speculative_tokens": 4, "max_model_len": SPECULATOR_CONTEXT}
 MAX_IN_FLIGHT_PER_REPLICA = 32
 TEST_API_KEYS = {"SPECSERVE_TEST_API_KEYS": "sk-test-inference-1,sk-test-inference-2",
-                 "SPECSERVE_TEST_ADMIN_KEYS": "sk-test-admin"}
+                 "SPECSERVE_TEST_ADMIN_KEYS": "sk-test-admin",
+                 # keys whose requests capture never records (tests/e2e/test_security.py)
+                 "SPECSERVE_TEST_NO_CAPTURE_KEYS": "sk-test-inference-1"}
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,8 @@ served under a route prefix next to the session's application.
 
 The application: one vanilla replica (the speculative pool at 0 replicas), inference and admin
 keys from the Ray processes' environment (tests/session_app.py `TEST_API_KEYS`), a body limit of
-1 MiB, 8 sequences in flight per replica and per request.
+1 MiB, 8 sequences in flight per replica and per request, and capture on (to a temporary folder)
+except for the requests of one inference key.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ PREFIX = "/keyed"
 APP_NAME = "specserve-keyed"
 MODEL = "specserve-tiny"
 KEY = "Bearer sk-test-inference-2"
+NO_CAPTURE_KEY = "Bearer sk-test-inference-1"  # tests/session_app.py SPECSERVE_TEST_NO_CAPTURE_KEYS
 ADMIN = "Bearer sk-test-admin"
 MAX_BODY_BYTES = 1 << 20
 MAX_SEQUENCES = 8
@@ -44,7 +46,12 @@ ADMIN_ENDPOINTS = [e for e in ENDPOINTS if e[1].startswith("/admin/")]
 
 
 @pytest.fixture(scope="module")
-def keyed_config(lab) -> SpecserveConfig:
+def capture_dir(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("capture"))
+
+
+@pytest.fixture(scope="module")
+def keyed_config(lab, capture_dir) -> SpecserveConfig:
     data = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH).model_dump(mode="json")
     data["vanilla"] |= {"enforce_eager": True, "profile_max_batch": 0}  # up in seconds
     data["speculative"]["num_replicas"] = 0
@@ -52,6 +59,8 @@ def keyed_config(lab) -> SpecserveConfig:
                        "admin_api_keys_env": "SPECSERVE_TEST_ADMIN_KEYS",
                        "max_body_bytes": MAX_BODY_BYTES, "max_in_flight_per_replica": MAX_SEQUENCES,
                        "max_sequences_per_request": MAX_SEQUENCES}
+    data["capture"] = {"enabled": True, "uri": capture_dir, "flush_interval_s": 0.5,
+                       "excluded_api_keys_env": "SPECSERVE_TEST_NO_CAPTURE_KEYS"}
     return SpecserveConfig.from_dict(data)
 
 
@@ -275,3 +284,58 @@ def test_a_stream_carries_usage_only_when_asked(client, include_usage):
     usage = [c for c in chunks if c.get("choices") == []]
     assert len(usage) == (1 if include_usage else 0), chunks
     assert sum(len(c["choices"]) for c in chunks) >= 1
+
+
+# --- Capture (issue 32): recorded for allowed keys only, token ids as served -------------------
+
+def _captured(capture_dir: str, marker: str, tokenizer, rows: int = 1, wait_s: float = 30):
+    """Captured rows whose prompt decodes to text containing `marker`, once there are `rows`."""
+    from core.capture_store import read_capture
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = [r for r in read_capture(capture_dir).to_pylist()
+                 if marker in tokenizer.decode(r["prompt_token_ids"])]
+        if len(found) >= rows or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)
+
+
+def test_capture_records_served_token_ids_for_allowed_keys_only(client, capture_dir, lab):
+    from transformers import AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(f"{lab}/target")
+    body = {"model": MODEL, "max_tokens": 12, "temperature": 0}
+    kept = _call(client, "POST", "/v1/completions",
+                 {**body, "prompt": "# capture-kept\ndef area(r):"}, KEY)
+    assert kept.status_code == 200, kept.text
+    # An excluded key's request is never recorded, even when it marks itself for capture.
+    dropped = _call(client, "POST", "/v1/completions",
+                    {**body, "prompt": "# capture-excluded\ndef area(r):",
+                     "vllm_xargs": {"specserve_capture": 1, "specserve_task": "code"}},
+                    NO_CAPTURE_KEY)
+    assert dropped.status_code == 200, dropped.text
+    with client.stream("POST", "/v1/chat/completions", headers={"authorization": KEY},
+                       json={**body, "stream": True, "messages": [
+                           {"role": "user", "content": "capture-stream: list three colors"}]}) as r:
+        assert r.status_code == 200
+        streamed = "".join(json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+                           for line in r.iter_lines()
+                           if line.startswith("data: {") and json.loads(line[6:])["choices"])
+    row = _captured(capture_dir, "capture-kept", tokenizer)
+    assert len(row) == 1, row
+    row, usage = row[0], kept.json()["usage"]
+    assert len(row["prompt_token_ids"]) == usage["prompt_tokens"]
+    assert len(row["output_token_ids"]) == usage["completion_tokens"]
+    assert tokenizer.decode(row["output_token_ids"]) == kept.json()["choices"][0]["text"]
+    assert (row["pool"], row["task"], row["temperature"], row["finish_reason"]) == (
+        "vanilla", kept.headers["x-specserve-task"], 0.0,
+        kept.json()["choices"][0]["finish_reason"])
+    chat = _captured(capture_dir, "capture-stream", tokenizer)
+    assert len(chat) == 1 and tokenizer.decode(chat[0]["output_token_ids"],
+                                               skip_special_tokens=True) == streamed
+    assert _captured(capture_dir, "capture-excluded", tokenizer, wait_s=2) == []
+    metrics = _call(client, "GET", "/metrics", None, KEY).text
+    deadline = time.monotonic() + 15
+    while 'specserve_capture_rows_total{pool="vanilla",outcome="written"}' not in metrics:
+        assert time.monotonic() < deadline, "no capture counter on /metrics"
+        time.sleep(1)
+        metrics = _call(client, "GET", "/metrics", None, KEY).text
