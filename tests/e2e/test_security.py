@@ -333,9 +333,14 @@ def test_capture_records_served_token_ids_for_allowed_keys_only(client, capture_
     assert len(chat) == 1 and tokenizer.decode(chat[0]["output_token_ids"],
                                                skip_special_tokens=True) == streamed
     assert _captured(capture_dir, "capture-excluded", tokenizer, wait_s=2) == []
-    metrics = _call(client, "GET", "/metrics", None, KEY).text
-    deadline = time.monotonic() + 15
-    while 'specserve_capture_rows_total{pool="vanilla",outcome="written"}' not in metrics:
-        assert time.monotonic() < deadline, "no capture counter on /metrics"
+    deadline = time.monotonic() + 15  # the replica's counts reach the router with its stats push
+    while (written := _capture_rows(_call(client, "GET", "/metrics", None, KEY).text)) < 2:
+        assert time.monotonic() < deadline, f"specserve_capture_rows_total written: {written}"
         time.sleep(1)
-        metrics = _call(client, "GET", "/metrics", None, KEY).text
+
+
+def _capture_rows(metrics: str, outcome: str = "written") -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+    return sum(s.value for f in text_string_to_metric_families(metrics)
+               if f.name == "specserve_capture_rows" for s in f.samples
+               if s.labels == {"pool": "vanilla", "outcome": outcome})
