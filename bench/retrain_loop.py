@@ -203,10 +203,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"capture: {results['capture']}", flush=True)
         config_file = out / "config.yaml"
         config_file.write_text(yaml.safe_dump(app_config(args.config, capture_uri, args.port)))
+        report = out / "retrain.json"
         proc = subprocess.run([sys.executable, "-m", "cluster.cli", "speculator", "retrain",
                                "--config", str(config_file), "--out", str(out / "heads"),
-                               "--steps", str(args.steps)], capture_output=True, text=True)
-        results["retrain"] = json.loads(proc.stdout) if proc.stdout.strip() else {
+                               "--steps", str(args.steps), "--report", str(report)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        results["retrain"] = json.loads(report.read_text()) if report.is_file() else {
             "error": proc.stderr[-2000:]}
         results["retrain"]["exit_status"] = proc.returncode
         print(f"retrain: exit {proc.returncode}, gate {results['retrain'].get('gate')}",

@@ -60,14 +60,14 @@ def _digest(folder: Path) -> str:
     return hashlib.sha256(b"".join(f.read_bytes() for f in sorted(folder.iterdir()))).hexdigest()
 
 
-def test_retrain_raises_acceptance_on_the_shifted_traffic(lab, captured, tmp_path, capsys):
+def test_retrain_raises_acceptance_on_the_shifted_traffic(lab, captured, tmp_path):
     serving = Path(lab) / "eagle3"
     before = _digest(serving)
     out = tmp_path / "heads"
     rc = cli(["speculator", "retrain", "--config", str(_config(tmp_path, captured)),
               "--out", str(out), "--steps", "60", "--vllm-prompts", "6",
-              "--prompt-len", "32", "--output-len", "48"])
-    report = json.loads(capsys.readouterr().out)
+              "--prompt-len", "32", "--output-len", "48", "--report", str(tmp_path / "r.json")])
+    report = json.loads((tmp_path / "r.json").read_text())
     vllm = report["vllm"]
     # vLLM measured both heads on held-out captured prompts: the retrained head accepts more.
     cap = vllm["captured_heldout"]
