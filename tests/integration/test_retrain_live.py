@@ -33,6 +33,7 @@ def _config(tmp: Path, uri: str, **speculator) -> Path:
     data = yaml.safe_load(Path("cluster/examples/eagle3.yaml").read_text())
     data["speculative"]["speculator"].update(speculator)
     data["capture"] = {"enabled": True, "uri": uri}
+    data["model"]["dtype"] = "float32"  # as the captured rows were written (the gate serves it so)
     path = tmp / "config.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
