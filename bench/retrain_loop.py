@@ -7,9 +7,10 @@ engines; one speculative replica, the vanilla pool at 0, capture on) with vLLM's
 1. **before**: `--repeats` rounds, each a c1 cell of `--measure-requests` shifted prompts (JSON
    records, bench/shifted.py, seed 1) and one of as many of the lab's code-completion prompts
    (bench/prompts/tasks.jsonl); output tok/s and mean acceptance length (vLLM's counters).
-2. The rows those cells left in the capture store are deleted; then **capture**: `--capture-requests`
-   other shifted prompts (seed 2) at `--capture-concurrency`; the replicas' p99 of the time capture
-   added to a request (`specserve_capture_added_p99_seconds`) and the rows written / dropped.
+2. The rows those cells left in the capture store are deleted; then **capture**:
+   `--capture-requests` other shifted prompts (seed 2) at `--capture-concurrency`; the replicas'
+   p99 of the time capture added to a request (`specserve_capture_added_p99_seconds`) and the rows
+   written / dropped.
 3. **retrain**: `specserve speculator retrain` on the store (a subprocess, as `ray job submit`
    would run it), gated by vLLM's acceptance (models/retrain.py).
 4. **after**: the application is redeployed with the candidate as its speculator (`serve.run` of

@@ -30,7 +30,8 @@ def _person(rng: random.Random, i: int) -> dict:
 
 def _order(rng: random.Random, i: int) -> dict:
     return {"order_id": 1000 + i, "item": rng.choice(_ITEMS), "qty": rng.randint(1, 50),
-            "price": round(rng.uniform(0.5, 99.0), 2), "status": rng.choice(("new", "paid", "sent"))}
+            "price": round(rng.uniform(0.5, 99.0), 2),
+            "status": rng.choice(("new", "paid", "sent"))}
 
 
 def _reading(rng: random.Random, i: int) -> dict:

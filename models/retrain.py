@@ -13,8 +13,8 @@ The gate: the candidate is written only if, on the held-out captured prompts, vL
 its mean acceptance length (1 + accepted / drafts, greedy, the config's num_speculative_tokens and
 dtype) at least `1 + min_gain` times the serving head's, and on the lab's own held-out prompts at
 least `1 - max_regression` times it (both engines loaded by vLLM: a candidate vLLM cannot load is
-never written). It is written in vLLM's layout (`Eagle3Head.export`) to a new versioned folder beside
-the serving one (`eagle3` -> `eagle3-v1`, `eagle3-v1` -> `eagle3-v2`), atomically, with
+never written). It is written in vLLM's layout (`Eagle3Head.export`) to a new versioned folder
+beside the serving one (`eagle3` -> `eagle3-v1`, `eagle3-v1` -> `eagle3-v2`), atomically, with
 `report.json` holding the figures; the serving checkpoint is never modified.
 
 Runs as one process (here, and as the driver of `ray job submit -- specserve speculator retrain`);

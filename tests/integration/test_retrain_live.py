@@ -1,7 +1,7 @@
-"""`specserve speculator retrain` on the tiny models (issue 32, parts 2-3), through the CLI: captured
-traffic of a shifted kind (JSON records, bench/shifted.py) in the real capture store, the lab's
-EAGLE-3 head trained further, vLLM measuring both heads, the versioned candidate written only past
-the gate; and the refusals, named.
+"""`specserve speculator retrain` on the tiny models (issue 32, parts 2-3), through the CLI:
+captured traffic of a shifted kind (JSON records, bench/shifted.py) in the real capture store, the
+lab's EAGLE-3 head trained further, vLLM measuring both heads, the versioned candidate written only
+past the gate; and the refusals, named.
 
 The captured rows are what capture records for greedy requests: the prompt's token ids and the
 target's greedy continuation (models.distill.continue_tokens, the lab's writer).
@@ -51,7 +51,8 @@ def captured(lab, tmp_path_factory) -> str:
         ids = continue_tokens(target, prompts, OUTPUT_LEN, 0.0)
     uri = str(tmp_path_factory.mktemp("capture"))
     rows = [{"time": float(i), "pool": "speculative", "task": "extraction", "temperature": 0.0,
-             "prompt_token_ids": r[:PROMPT_LEN].tolist(), "output_token_ids": r[PROMPT_LEN:].tolist(),
+             "prompt_token_ids": r[:PROMPT_LEN].tolist(),
+             "output_token_ids": r[PROMPT_LEN:].tolist(),
              "finish_reason": "length"} for i, r in enumerate(ids)]
     assert CaptureStore(CaptureConfig(enabled=True, uri=uri)).write(rows) == (160, 0)
     return uri
