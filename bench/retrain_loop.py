@@ -92,6 +92,25 @@ async def measure(url: str, model: str, workloads: dict[str, list[Job]], tokeniz
     return out
 
 
+def deploy_and_measure(cfg: SpecserveConfig, url: str, workloads: dict[str, list[Job]],
+                       tokenizer, repeats: int) -> tuple[float, list[dict]]:
+    """Deploys `cfg` as application "specserve" (`serve.run`: on a running one, Serve's in-place
+    update), waits for /health, sends one warm-up round (discarded), then `repeats` rounds of
+    `measure`; returns (seconds until ready, the rounds)."""
+    from ray import serve
+
+    from deployments.app import build_app_from_config
+
+    t0 = time.perf_counter()
+    serve.run(build_app_from_config(cfg), name="specserve", route_prefix="/")
+    wait_ready(url)
+    ready_s = round(time.perf_counter() - t0, 1)
+    model = cfg.model.served_model_name
+    asyncio.run(measure(url, model, workloads, tokenizer))
+    return ready_s, [asyncio.run(measure(url, model, workloads, tokenizer))
+                     for _ in range(repeats)]
+
+
 def capture_metrics(url: str) -> dict:
     """`specserve_capture_*` of the speculative pool from /metrics."""
     from prometheus_client.parser import text_string_to_metric_families
@@ -167,8 +186,6 @@ def main(argv: list[str] | None = None) -> int:
     from ray import serve
     from transformers import AutoTokenizer
 
-    from deployments.app import build_app_from_config
-
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     capture_uri = str(out / "capture")
@@ -182,14 +199,9 @@ def main(argv: list[str] | None = None) -> int:
                                                           for k, v in vars(args).items()},
                      "rounds": {}}
     with local_serve(args.port):
-        t0 = time.perf_counter()
-        serve.run(build_app_from_config(cfg), name="specserve", route_prefix="/")
-        wait_ready(url)
-        results["start_s"] = round(time.perf_counter() - t0, 1)
-        print(f"serving the lab head in {results['start_s']} s", flush=True)
-        asyncio.run(measure(url, model, workloads, tokenizer))  # warm-up, discarded
-        results["rounds"]["before"] = [asyncio.run(measure(url, model, workloads, tokenizer))
-                                       for _ in range(args.repeats)]
+        results["start_s"], results["rounds"]["before"] = deploy_and_measure(
+            cfg, url, workloads, tokenizer, args.repeats)
+        print(f"served the lab head after {results['start_s']} s", flush=True)
         time.sleep(5)  # the measurement's rows reach the store, then leave it
         for f in Path(capture_uri).glob("part-*.parquet"):
             f.unlink()
@@ -219,16 +231,10 @@ def main(argv: list[str] | None = None) -> int:
             print(proc.stderr[-2000:], file=sys.stderr)
             return 1
         candidate = results["retrain"]["path"]
-        t0 = time.perf_counter()
-        serve.run(build_app_from_config(SpecserveConfig.from_dict(
-            app_config(args.config, capture_uri, args.port, candidate))), name="specserve",
-            route_prefix="/")
-        wait_ready(url)
-        results["redeploy_s"] = round(time.perf_counter() - t0, 1)
-        print(f"serving {candidate} after {results['redeploy_s']} s", flush=True)
-        asyncio.run(measure(url, model, workloads, tokenizer))  # warm-up, discarded
-        results["rounds"]["after"] = [asyncio.run(measure(url, model, workloads, tokenizer))
-                                      for _ in range(args.repeats)]
+        results["redeploy_s"], results["rounds"]["after"] = deploy_and_measure(
+            SpecserveConfig.from_dict(app_config(args.config, capture_uri, args.port, candidate)),
+            url, workloads, tokenizer, args.repeats)
+        print(f"served {candidate} after {results['redeploy_s']} s", flush=True)
         serve.delete("specserve")
     results["summary"] = summarize(results["rounds"])
     (out / "results.json").write_text(json.dumps(results, indent=2))
