@@ -138,38 +138,37 @@ def install_capture(engine_client, recorder: CaptureRecorder) -> None:
     """
     generate = engine_client.generate
 
-    async def capturing_generate(prompt, sampling_params, request_id, *args,
-                                 **kwargs) -> AsyncGenerator:
+    def capturing_generate(prompt, sampling_params, request_id, *args, **kwargs) -> AsyncGenerator:
+        outputs = generate(prompt, sampling_params, request_id, *args, **kwargs)
         extra = getattr(sampling_params, "extra_args", None) or {}
         if not extra.get(CAPTURE_KEY):
-            async with contextlib.aclosing(generate(prompt, sampling_params, request_id, *args,
-                                                    **kwargs)) as outputs:
-                async for out in outputs:
-                    yield out
-            return
-        t0 = time.perf_counter()
-        delta = sampling_params.output_kind == RequestOutputKind.DELTA
-        prompt_ids: list[int] | None = None
-        choices: dict[int, tuple[list[int], str | None]] = {}
-        finished = False
-        spent = time.perf_counter() - t0
-        async with contextlib.aclosing(generate(prompt, sampling_params, request_id, *args,
-                                                **kwargs)) as outputs:
-            async for out in outputs:
-                t0 = time.perf_counter()
-                if prompt_ids is None and out.prompt_token_ids is not None:
-                    prompt_ids = list(out.prompt_token_ids)
-                for c in out.outputs:
-                    if delta and c.index in choices:
-                        choices[c.index][0].extend(c.token_ids)
-                        choices[c.index] = (choices[c.index][0], c.finish_reason)
-                    else:
-                        choices[c.index] = (list(c.token_ids), c.finish_reason)
-                finished = out.finished
-                spent += time.perf_counter() - t0
-                yield out
-        if finished and prompt_ids is not None:
-            recorder.record(str(extra.get(TASK_KEY, "")), sampling_params.temperature,
-                            prompt_ids, choices, spent)
+            return outputs  # vLLM's own generator: nothing added on an unmarked request's path
+        return _collect(outputs, sampling_params, str(extra.get(TASK_KEY, "")), recorder)
 
     engine_client.generate = capturing_generate
+
+
+async def _collect(generator, sampling_params, task: str,
+                   recorder: CaptureRecorder) -> AsyncGenerator:
+    """Yields `generator`'s outputs while collecting their token ids; records them when the
+    request finished; closes `generator` when closed itself (`install_capture`)."""
+    delta = sampling_params.output_kind == RequestOutputKind.DELTA
+    prompt_ids: list[int] | None = None
+    choices: dict[int, tuple[list[int], str | None]] = {}
+    finished, spent = False, 0.0
+    async with contextlib.aclosing(generator) as outputs:
+        async for out in outputs:
+            t0 = time.perf_counter()
+            if prompt_ids is None and out.prompt_token_ids is not None:
+                prompt_ids = list(out.prompt_token_ids)
+            for c in out.outputs:
+                if delta and c.index in choices:
+                    choices[c.index][0].extend(c.token_ids)
+                    choices[c.index] = (choices[c.index][0], c.finish_reason)
+                else:
+                    choices[c.index] = (list(c.token_ids), c.finish_reason)
+            finished = out.finished
+            spent += time.perf_counter() - t0
+            yield out
+    if finished and prompt_ids is not None:
+        recorder.record(task, sampling_params.temperature, prompt_ids, choices, spent)
