@@ -283,11 +283,19 @@ def _speedup_curve(curve: dict | None) -> list[str]:
         out.append(f"| {r['batch']} | {r['vanilla_step_ms']:.1f} | {r['speculative_step_ms']:.1f} "
                    "| " + " | ".join(f"{t['curve'][i]['speedup']:.2f}" for t in tasks.values())
                    + " |")
-    out += ["", f"Speculation pays (S ≥ {curve['min_speedup']}) up to batch: " + ", ".join(
-        f"{task} {t['pays_up_to_batch']}" for task, t in curve["tasks"].items()) +
+    out += ["", f"Speculation pays (S ≥ {curve['min_speedup']}) at every batch up to: " +
+            ", ".join(f"{task} {t['pays_up_to_batch']}" + _also_pays(t)
+                      for task, t in curve["tasks"].items()) +
         "; E[τ] per task: " + ", ".join(f"{task} {t['curve'][0]['expected_tokens']:.2f}"
                                         for task, t in tasks.items())]
     return out
+
+
+def _also_pays(task_curve: dict) -> str:
+    """" (also at 128)" for paying batches beyond `pays_up_to_batch` (older reports: none)."""
+    beyond = [b for b in task_curve.get("pays_at_batches", [])
+              if b > task_curve["pays_up_to_batch"]]
+    return f" (also at {', '.join(map(str, beyond))})" if beyond else ""
 
 
 def curve_at(curves: dict, task: str, temperature: float, batch: int) -> float | None:

@@ -72,8 +72,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if args.no_block:
         return 0
     # SIGTERM (e.g. `timeout`, a process manager) shuts down like Ctrl-C: Serve stops the replicas
-    # gracefully so their vLLM engine processes exit with them.
+    # gracefully so their vLLM engine processes exit with them. SIGINT too, explicitly: a shell
+    # starts a background job (`nohup specserve serve &`) with SIGINT ignored, and Python then
+    # installs no handler of its own, so `kill -INT` would do nothing.
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     try:
         while True:
             time.sleep(3600)

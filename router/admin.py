@@ -57,9 +57,11 @@ class AdminEndpoints:
 
     async def get_speedup(self, request: Request) -> Response:
         """The profiled S(B) curve per task type (see `SpeedupModel.curve`) at the query's
-        `temperature` (default 0: E[τ] depends on it), with the largest batch at which S still
-        reaches `router.min_speedup` ("pays_up_to_batch"; 0: nowhere). 400 when `temperature`
-        is not a number in [0, 2] (OpenAI's range)."""
+        `temperature` (default 0: E[τ] depends on it), with where S reaches `router.min_speedup`:
+        "pays_at_batches", every curve batch where it does, and "pays_up_to_batch", the largest
+        B such that it does at every curve batch from 1 to B (0: not even at batch 1; a curve
+        can pay again at a larger batch, which only "pays_at_batches" shows). 400 when
+        `temperature` is not a number in [0, 2] (OpenAI's range)."""
         raw = request.query_params.get("temperature", "0")
         try:
             temperature = float(raw)
@@ -72,7 +74,8 @@ class AdminEndpoints:
         for task in get_args(TaskType):
             rows = self._decider.speedup_model.curve(task, temperature)
             pays = [r["batch"] for r in rows if r["speedup"] >= self._cfg.router.min_speedup]
-            out[task] = {"pays_up_to_batch": max(pays, default=0), "curve": rows}
+            out[task] = {"pays_up_to_batch": pays_up_to(rows, pays), "pays_at_batches": pays,
+                         "curve": rows}
         return JSONResponse({"min_speedup": self._cfg.router.min_speedup,
                              "temperature": temperature, "tasks": out})
 
@@ -88,3 +91,18 @@ class AdminEndpoints:
                                       for p in self._cfg.pools()})
         return {"enabled": scaling.enabled, "policy": scaling.policy, "calls": log["calls"],
                 "events": log["events"][-50:], "inputs": inputs}
+
+
+def pays_up_to(rows: list[dict], pays: list[int]) -> int:
+    """The largest curve batch B with S ≥ min_speedup at every curve batch ≤ B (0: none).
+
+    Args:
+        rows: the S(B) curve, ascending batch (`SpeedupModel.curve`).
+        pays: the batches of `rows` at which speculation pays.
+    """
+    last = 0
+    for r in rows:
+        if r["batch"] not in pays:
+            break
+        last = r["batch"]
+    return last

@@ -197,7 +197,10 @@ class _EstimateCollector:
 
     def collect(self):
         alpha = GaugeMetricFamily("specserve_acceptance_alpha", "Estimated per-position acceptance "
-                                  "α_i.", labels=["task", "temperature", "position"])
+                                  "α_i. Decode steps that carried no drafts (an n-gram speculator "
+                                  "without a match) count as rejections at position 1, so α_1 is "
+                                  "per decode step, below vLLM's per-draft acceptance for n-gram.",
+                                  labels=["task", "temperature", "position"])
         length = GaugeMetricFamily("specserve_mean_acceptance_length", "Estimated E[τ], tokens per "
                                    "verification step (bonus included).",
                                    labels=["task", "temperature"])

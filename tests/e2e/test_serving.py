@@ -47,6 +47,10 @@ def test_the_speedup_model_answers_at_a_temperature_and_refuses_a_bad_one(client
     for task in ("code", "creative"):  # the same batches; E[τ] from that temperature's counts
         batches = [[r["batch"] for r in c["tasks"][task]["curve"]] for c in (greedy, hot)]
         assert batches[0] == batches[1] and batches[0], batches
+        t = greedy["tasks"][task]  # "up to B" means every batch 1..B pays
+        paying = [r["batch"] for r in t["curve"] if r["speedup"] >= greedy["min_speedup"]]
+        assert t["pays_at_batches"] == paying, t
+        assert all(b in paying for b in batches[0] if b <= t["pays_up_to_batch"]), t
     for bad in ("hot", "-0.5", "2.5", "nan"):
         r = client.get("/admin/speedup", params={"temperature": bad})
         assert r.status_code == 400, (bad, r.text)

@@ -120,7 +120,7 @@ def test_report_states_each_target(tmp_path):
                             "overhead_p99_ms": 1.5, "specserve_p50_ms": 10,
                             "specserve_p99_ms": 12, "direct_p50_ms": 9.5, "direct_p99_ms": 10.5},
                "speedup_curve": {"min_speedup": 1.1, "tasks": {
-                   "code": {"pays_up_to_batch": 8, "curve": [
+                   "code": {"pays_up_to_batch": 8, "pays_at_batches": [1, 8, 128], "curve": [
                        {"batch": 1, "vanilla_step_ms": 10, "speculative_step_ms": 12,
                         "expected_tokens": 3.0, "speedup": 2.5},
                        {"batch": 64, "vanilla_step_ms": 100, "speculative_step_ms": 400,
@@ -159,7 +159,7 @@ def test_report_states_each_target(tmp_path):
     assert "code 10/0" not in text and "code 30/0" in text  # route mix summed over rounds
     assert "64 at a time): p50 0.5 ms, p99 1.5 ms" in text
     assert "| 64 | 100.0 | 400.0 | 0.75 |" in text
-    assert "pays (S ≥ 1.1) up to batch: code 8, chat 0" in text
+    assert "pays (S ≥ 1.1) at every batch up to: code 8 (also at 128), chat 0" in text
     # predicted S(B = c) against forced-vanilla / forced-speculative TPOT (equal here: S = 1);
     # c16 takes the curve's batch nearest in log2 (64)
     assert "| 1 | code (t=0.0) | 2.50 | 1.00 [1.00-1.00] | +150% |" in text

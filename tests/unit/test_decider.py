@@ -279,3 +279,12 @@ def test_a_sampled_request_waits_out_a_starting_speculative_pool_but_not_a_lossy
     assert (lossy.value.status, lossy.value.param) == (400, "temperature")
     _, greedy = decider.decide(decider.parse(code()), loads)
     assert greedy.route == "speculative"
+
+
+def test_pays_up_to_batch_means_every_batch_up_to_it():
+    from router.admin import pays_up_to
+    rows = [{"batch": b} for b in (1, 2, 4, 8, 128)]
+    assert pays_up_to(rows, [1, 2, 4, 128]) == 4  # 128 pays again, but 8 does not
+    assert pays_up_to(rows, [2, 4]) == 0  # not even at batch 1
+    assert pays_up_to(rows, [1, 2, 4, 8, 128]) == 128
+    assert pays_up_to([], []) == 0
