@@ -16,6 +16,10 @@
     specserve speculator retrain --config FILE [...]
                                          the EAGLE-3 head trained on captured traffic, gated by
                                          vLLM's acceptance, as a new version (models/retrain.py)
+    specserve speculator rollout --config FILE --candidate DIR
+                                         the candidate on one speculative replica (canary), then
+                                         rolled forward or back on live acceptance
+                                         (deployments/rollout.py)
 """
 
 from __future__ import annotations
@@ -180,8 +184,9 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("image", add_help=False, help="build the container image for one engine "
                    "(see `specserve image build --help`)")
     s = sub.add_parser("speculator", add_help=False, help="the serving speculator: retrain it "
-                       "on captured traffic (see `specserve speculator retrain --help`)")
-    s.add_argument("action", choices=["retrain"])
+                       "on captured traffic, roll a candidate out as a canary (see `specserve "
+                       "speculator retrain --help`, `specserve speculator rollout --help`)")
+    s.add_argument("action", choices=["retrain", "rollout"])
     return p
 
 
@@ -200,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "image":
             return image_main(rest)
         if args.command == "speculator":
+            if args.action == "rollout":
+                from deployments.rollout import main as rollout_main
+                return rollout_main(rest)
             from models.retrain import main as retrain_main
             return retrain_main(rest)
         if rest:

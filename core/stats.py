@@ -68,6 +68,9 @@ class EngineStats:
     # the seconds capture added to a captured request's path (0.0: capture off or no request yet).
     capture_rows: dict[str, int] = field(default_factory=dict)
     capture_added_p99_s: float = 0.0
+    # The `system_fingerprint` this replica answers with: its pool and speculator checkpoint
+    # (core/rollout.py `speculator_fingerprint`).
+    speculator: str = ""
 
     @classmethod
     def from_vllm_snapshot(cls, metrics: list) -> EngineStats:
@@ -190,8 +193,14 @@ class RouterState:
         pin: the runtime pin ("auto", "speculative", "vanilla"); None: use the config's `router.pin`.
         acceptance: each other ingress replica's `AcceptanceEstimator.local_counts()`.
         board_epoch: the board's id since it last (re)started.
+        speculators: every ingress replica's `SpeculatorTallies.counts()`, the caller's too
+            (core/rollout.py).
+        rollout: the speculator rollout's state as its controller last set it
+            (`StatsBoard.set_rollout`; deployments/rollout.py), {} before any.
     """
 
     pin: str | None = None
     acceptance: list[dict] = field(default_factory=list)
     board_epoch: str = ""
+    speculators: list[dict] = field(default_factory=list)
+    rollout: dict = field(default_factory=dict)

@@ -20,11 +20,14 @@ from ray import serve
 from ray.serve.llm import LLMConfig, build_llm_deployment
 from ray.serve.llm.deployment import LLMServer
 from ray.serve.llm.openai_api_models import CompletionRequest
+import vllm
+from vllm.entrypoints.serve.utils.fingerprint import set_default_fingerprint_mode
 from vllm.v1.metrics.reader import get_metrics_snapshot
 
 from core import (PUSH_PERIOD_S, CaptureConfig, EngineStats, ModelConfig, PoolConfig,
                   SpeculativePoolConfig, StepTimeModel, busy_window_samples, resolve_path,
                   use_serve_log_handlers)
+from core.rollout import CANARY_ENV, parse_canary, speculator_fingerprint
 from core.stats import BUSY_METRIC, MEMORY_BOUND_METRIC, WAITING_METRIC
 from deployments.capture import CaptureRecorder, install_capture
 from deployments.cores import SHARE_CORES_ENV, CoreLease, NoFreeCores
@@ -83,6 +86,13 @@ class PoolServer(LLMServer):
                 if os.environ.get(SHARE_CORES_ENV) != "1":
                     raise
                 logger.warning("%s; %s=1: running unbound on shared cores", e, SHARE_CORES_ENV)
+        llm_config = self._with_canary(llm_config, ctx)
+        speculative_config = llm_config.engine_kwargs.get("speculative_config")
+        self._fingerprint = speculator_fingerprint(pool, speculative_config, vllm.__version__)
+        # vLLM's serving classes, built in super().__init__, read it once (vLLM 0.32
+        # `--fingerprint-mode custom`): every response names the speculator that served it
+        set_default_fingerprint_mode("custom", self._fingerprint)
+        logger.info("%s replica %s serves %s", pool, self._replica_id, self._fingerprint)
         await super().__init__(llm_config, **kwargs)
         export_engine_metrics(getattr(self.engine, "_engine_client", None))
         if self._cores is not None:
@@ -121,6 +131,33 @@ class PoolServer(LLMServer):
                         capture_cfg.uri)
         self._push_task = asyncio.get_running_loop().create_task(self._push_stats())
 
+    @staticmethod
+    def _with_canary(llm_config: LLMConfig, ctx) -> LLMConfig:
+        """`llm_config` with the candidate speculator of `CANARY_ENV` when this replica serves it:
+        every replica (`replicas` null) or those of rank < `replicas` (Serve's replica rank,
+        0..n-1 within the deployment). Set by `specserve speculator rollout`
+        (deployments/rollout.py) through the deployment's `ray_actor_options`.
+
+        Raises:
+            ValueError: the variable is malformed, or names no checkpoint folder with a
+                config.json (the replica fails to start, so the rollout rolls back).
+        """
+        raw = os.environ.get(CANARY_ENV)
+        spec = llm_config.engine_kwargs.get("speculative_config")
+        if not raw or not spec:
+            return llm_config
+        model, replicas = parse_canary(raw)
+        rank = getattr(getattr(ctx, "rank", None), "rank", 0)
+        if replicas is not None and rank >= replicas:
+            return llm_config
+        if not (Path(model) / "config.json").is_file():
+            raise ValueError(f"{CANARY_ENV}: model {model!r} is not a checkpoint folder with a "
+                             "config.json on this node")
+        engine_kwargs = {**llm_config.engine_kwargs,
+                         "speculative_config": {**spec, "model": model}}
+        logger.info("replica of rank %s serves the candidate speculator %s", rank, model)
+        return llm_config.model_copy(update={"engine_kwargs": engine_kwargs})
+
     async def _run_profile_request(self, prompt: str, max_tokens: int,
                                    on_first: Callable[[], None]) -> None:
         request = CompletionRequest(model=self._llm_config.model_id, prompt=prompt,
@@ -154,6 +191,7 @@ class PoolServer(LLMServer):
                 self._last_stats = stats
                 stats.profile = self._profile
                 stats.lossless_sampling = self._sampling.lossless
+                stats.speculator = self._fingerprint
                 if self._capture is not None:
                     stats.capture_rows = dict(self._capture.counts)
                     stats.capture_added_p99_s = self._capture.added_p99_s()

@@ -1,6 +1,6 @@
 """The ingress's /admin/* endpoints: the runtime pin (`GET`/`PUT /admin/policy`), the profiled
-speedup model (`GET /admin/speedup`) and what the autoscaling policy decides from
-(`GET /admin/autoscaling`). Only admin keys reach them when `server.admin_api_keys_env` is set
+speedup model (`GET /admin/speedup`), what the autoscaling policy decides from
+(`GET /admin/autoscaling`) and the speculators' live acceptance (`GET /admin/speculators`). Only admin keys reach them when `server.admin_api_keys_env` is set
 (router/auth.py).
 """
 
@@ -78,6 +78,19 @@ class AdminEndpoints:
                          "curve": rows}
         return JSONResponse({"min_speedup": self._cfg.router.min_speedup,
                              "temperature": temperature, "tasks": out})
+
+    async def get_speculators(self) -> dict:
+        """Live acceptance per speculator and task, over every ingress replica, and the rollout
+        state (core/rollout.py): `{"speculators": {fingerprint: {task: {"requests", "steps",
+        "accepted", "mean_acceptance_length"}}}, "rollout": {...}}`. A fingerprint is the
+        `system_fingerprint` of the responses its replicas served."""
+        tallies = self._decider.speculator_tallies()
+        return {"speculators": {
+                    fp: {task: {"requests": t.requests, "steps": t.steps, "accepted": t.accepted,
+                                "mean_acceptance_length": t.mean_acceptance_length}
+                         for task, t in by_task.items()}
+                    for fp, by_task in tallies.items()},
+                "rollout": self._decider.rollout}
 
     async def get_autoscaling(self) -> dict:
         """The autoscaling policy's view from the StatsBoard: `policy` (rules | budget), its

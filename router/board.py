@@ -50,6 +50,8 @@ class StatsBoard:
         self._engines: dict[str, tuple[str, float, EngineStats]] = {}  # id -> (pool, t, stats)
         self._in_flight: dict[str, tuple[float, dict[str, int]]] = {}  # ingress id -> (t, per pool)
         self._acceptance: dict[str, tuple[float, dict]] = {}  # ingress id -> (t, its counts)
+        self._speculators: dict[str, tuple[float, dict]] = {}  # ingress id -> (t, its tallies)
+        self._rollout: dict = {}  # deployments/rollout.py: state, candidate, outcomes
         self._pin: tuple[str, str | None] = ("", None)  # (generation, runtime pin); None: config's
         self._builds: dict[str, tuple[float, float]] = {}  # generation -> (first, last) read
         self._autoscaler: dict = {"calls": 0, "events": []}  # autoscaling/controller.py
@@ -166,6 +168,30 @@ class StatsBoard:
         """An ingress replica's own decayed acceptance counts (`AcceptanceEstimator.local_counts`)."""
         self._acceptance[ingress_id] = (time.monotonic(), counts)
 
+    def report_speculators(self, ingress_id: str, counts: dict) -> None:
+        """An ingress replica's live acceptance per speculator and task
+        (`SpeculatorTallies.counts`, core/rollout.py)."""
+        self._speculators[ingress_id] = (time.monotonic(), counts)
+
+    def replica_speculators(self) -> dict[str, dict]:
+        """{pool replica id: {"pool", "speculator" (the `system_fingerprint` it serves),
+        "lossless_sampling"}} of the live pool replicas (engine up, reported within
+        `STALE_AFTER_S`)."""
+        now = time.monotonic()
+        return {rid: {"pool": pool, "speculator": stats.speculator,
+                      "lossless_sampling": stats.lossless_sampling}
+                for rid, (pool, t, stats) in self._engines.items() if now - t <= STALE_AFTER_S}
+
+    def set_rollout(self, event: dict) -> dict:
+        """Records a rollout step from its controller (deployments/rollout.py): `event` has
+        "state" (canary | forward | back) and what it concerns ("candidate", "incumbent",
+        "detail"); "forward" and "back" also count as outcomes. Returns the rollout state."""
+        outcomes = dict(self._rollout.get("outcomes", {}))
+        if event.get("state") in ("forward", "back"):
+            outcomes[event["state"]] = outcomes.get(event["state"], 0) + 1
+        self._rollout = {**event, "outcomes": outcomes, "since_unix_s": time.time()}
+        return self._rollout
+
     def set_pin(self, pin: str | None, generation: str = "") -> None:
         """Pins every ingress replica's `auto` requests to a path ("auto" too); None: the config's.
         The pin holds for ingress replicas of the same application build `generation` only."""
@@ -196,8 +222,15 @@ class StatsBoard:
                 del self._acceptance[iid]
             elif iid != exclude_ingress:
                 published.append(counts)
+        tallies = []
+        for iid, (t, counts) in list(self._speculators.items()):
+            if now - t > STALE_AFTER_S:
+                del self._speculators[iid]
+            else:
+                tallies.append(counts)
         pin_generation, pin = self._pin
-        return RouterState(pin if pin_generation == generation else None, published, self._epoch)
+        return RouterState(pin if pin_generation == generation else None, published, self._epoch,
+                           tallies, dict(self._rollout))
 
 
 def get_board(app_name: str) -> ray.actor.ActorHandle:

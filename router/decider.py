@@ -37,6 +37,7 @@ from typing import Awaitable, Callable, Iterable, Mapping, Protocol, get_args
 
 from core import (PUSH_PERIOD_S, STALE_AFTER_S, ArrivalCounter, PoolStats, RequestedRoute, Route,
                   SpecserveConfig, TaskType, read_config_value, resolve_path)
+from core.rollout import SpeculatorTallies, Tally, merge_counts
 from router.errors import RequestError
 from router.policy import (SPEEDUP_MODELS, PoolLoad, PricingMode, RequestFeatures, RouteDecision,
                            Unroutable, admit, choose_route, refusal)
@@ -155,6 +156,13 @@ class PressureTracker:
         return {pool: PoolLoad(p.replicas, p.in_flight, lossless_sampling=p.lossless_sampling)
                 for pool, p in self.pool_stats().items()}
 
+    def speculator_tallies(self) -> dict[str, dict[str, Tally]]:
+        """Live acceptance per speculator fingerprint and task over every ingress replica (as of
+        the last board read, ≤ `PUSH_PERIOD_S` old), or this replica's own without a board."""
+        if self.shared_speculators is None:
+            return merge_counts([self.speculators.counts()])
+        return merge_counts(self.shared_speculators)
+
     async def run(self, on_snapshot: Callable[[dict[str, PoolStats]], None] | None = None) -> None:
         """Push local counts and pull the board's snapshot forever (cancel to stop).
 
@@ -265,6 +273,11 @@ class RouteDecider:
         self.generation = generation
         self.board, self.replica_id = board, replica_id
         self._board_epoch: str | None = None  # at the last board read: another is a restart
+        # live acceptance per speculator fingerprint and task (core/rollout.py), this replica's
+        # own; `shared_speculators`: every ingress replica's, from the last board read
+        self.speculators = SpeculatorTallies()
+        self.shared_speculators: list[dict] | None = None
+        self.rollout: dict = {}  # the rollout state at the last board read
         self.speedup_model = SPEEDUP_MODELS[pricing](
             cfg.speculative.speculator.num_speculative_tokens,
             {p: getattr(cfg, p).max_num_seqs for p in self.pools})
@@ -450,10 +463,18 @@ class RouteDecider:
         if not spec or not spec.get("acceptance_histogram"):
             return
         histogram = list(spec["acceptance_histogram"])
+        self.speculators.observe(payload.get("system_fingerprint"), features.task, histogram)
         tokens = (payload.get("usage") or {}).get("completion_tokens")
         if tokens:
             histogram[0] += max(0, tokens - 1 - sum((j + 1) * h for j, h in enumerate(histogram)))
         self.speedup_model.acceptance.observe(features.task, features.temperature, histogram)
+
+    def speculator_tallies(self) -> dict[str, dict[str, Tally]]:
+        """Live acceptance per speculator fingerprint and task over every ingress replica (as of
+        the last board read, ≤ `PUSH_PERIOD_S` old), or this replica's own without a board."""
+        if self.shared_speculators is None:
+            return merge_counts([self.speculators.counts()])
+        return merge_counts(self.shared_speculators)
 
     async def run(self, on_snapshot: Callable[[], None] | None = None,
                   on_state: Callable[[], None] | None = None) -> None:
@@ -493,6 +514,7 @@ class RouteDecider:
                                                self.speedup_model.acceptance.local_counts())
                 board.report_arrivals.remote(replica_id, self.arrivals.age_s(),
                                              self.arrivals.counts())
+                board.report_speculators.remote(replica_id, self.speculators.counts())
                 version = self._pin_version
                 state = await board.router_state.remote(replica_id, self.generation)
                 restarted = self._board_epoch not in (None, state.board_epoch)
@@ -504,6 +526,7 @@ class RouteDecider:
                     else:
                         self._runtime_pin = state.pin
                 self.speedup_model.acceptance.set_remote(state.acceptance)
+                self.shared_speculators, self.rollout = state.speculators, state.rollout
                 if on_state is not None:
                     on_state()
             except Exception:  # the board restarts on failure; keep the last state meanwhile

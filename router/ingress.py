@@ -116,8 +116,9 @@ class SpecserveIngress(AdminEndpoints, OpenAiIngress):
                                      ctx.replica_id.unique_id, "latency", self._health,
                                      self._waker)
         self._pressure = self._decider.pressure
-        self._metrics = RouterMetrics(self._pressure.pool_stats, self._decider.speedup_model,
-                                      model_card.id)
+        self._metrics = RouterMetrics(
+            self._pressure.pool_stats, self._decider.speedup_model, model_card.id,
+            lambda: (self._decider.speculator_tallies(), self._decider.rollout))
         self._capture = CaptureMarks(self._cfg.capture)
         self._ready = False  # every pool has had its starting replicas up (`health`)
         self._background = asyncio.get_event_loop().create_task(self._decider.run())
@@ -282,4 +283,5 @@ ENDPOINTS = {
     "put_policy": lambda app: app.put("/admin/policy"),
     "get_speedup": lambda app: app.get("/admin/speedup"),
     "get_autoscaling": lambda app: app.get("/admin/autoscaling"),
+    "get_speculators": lambda app: app.get("/admin/speculators"),
 }

@@ -34,6 +34,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, disable_cre
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from core import PoolStats, Route, expected_tokens
+from core.rollout import Tally
 from router.policy import SpeedupModel
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -48,10 +49,14 @@ class RouterMetrics:
             with local in-flight counts); called at scrape time only.
         speedup_model: the router's speedup model (acceptance per task, step times per pool).
         model_name: the served model name, the `model_name` label of the `vllm:` series.
+        rollout: returns the live acceptance per speculator fingerprint and task, and the
+            rollout state (`RouteDecider.speculator_tallies`, `.rollout`); called at scrape time.
     """
 
     def __init__(self, pool_stats: Callable[[], Mapping[str, PoolStats]],
-                 speedup_model: SpeedupModel, model_name: str):
+                 speedup_model: SpeedupModel, model_name: str,
+                 rollout: Callable[[], tuple[Mapping[str, Mapping[str, Tally]], dict]]
+                 | None = None):
         self.registry = CollectorRegistry()
         self.requests = Counter("specserve_requests", "Requests routed, by path, reason and task.",
                                 ["route", "reason", "task"], registry=self.registry)
@@ -70,6 +75,8 @@ class RouterMetrics:
         self.registry.register(_PoolCollector(pool_stats))
         self.registry.register(_VllmSpecDecodeCollector(pool_stats, model_name))
         self.registry.register(_EstimateCollector(speedup_model))
+        if rollout is not None:
+            self.registry.register(_RolloutCollector(rollout))
 
     def observe_decision(self, route: str, reason: str, task: str, speedup: float | None) -> None:
         self.requests.labels(route, reason, task).inc()
@@ -218,3 +225,43 @@ class _EstimateCollector:
             for batch, seconds in model.points().items():
                 step.add_metric([pool, str(batch)], seconds)
         yield step
+
+
+class _RolloutCollector:
+    """Live acceptance per speculator (the canary's against the incumbent's) and the rollout's
+    state and outcomes (core/rollout.py, deployments/rollout.py)."""
+
+    def __init__(self, rollout: Callable[[], tuple[Mapping[str, Mapping[str, Tally]], dict]]):
+        self._rollout = rollout
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        tallies, state = self._rollout()
+        length = GaugeMetricFamily(
+            "specserve_speculator_mean_acceptance_length", "Live mean acceptance length (1 + "
+            "accepted / verification steps with drafts) by the speculator that served (its "
+            "system_fingerprint) and task, over every ingress replica.",
+            labels=["speculator", "task"])
+        steps = CounterMetricFamily(
+            "specserve_speculator_steps", "Verification steps with drafts behind "
+            "specserve_speculator_mean_acceptance_length.", labels=["speculator", "task"])
+        for fp, by_task in tallies.items():
+            for task, t in by_task.items():
+                length.add_metric([fp, task], t.mean_acceptance_length)
+                steps.add_metric([fp, task], t.steps)
+        yield length
+        yield steps
+        current = GaugeMetricFamily(
+            "specserve_rollout_state", "1 for the speculator rollout's current step (canary, "
+            "forward: rolled forward, back: rolled back) and its candidate.",
+            labels=["state", "candidate"])
+        if state.get("state"):
+            current.add_metric([state["state"], state.get("candidate", "")], 1)
+        yield current
+        outcomes = CounterMetricFamily("specserve_rollouts", "Speculator rollouts ended, by "
+                                       "outcome (forward, back).", labels=["outcome"])
+        for outcome in ("forward", "back"):
+            outcomes.add_metric([outcome], state.get("outcomes", {}).get(outcome, 0))
+        yield outcomes

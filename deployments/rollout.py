@@ -1,0 +1,303 @@
+"""`specserve speculator rollout`: a candidate speculator onto the running application as a canary,
+then rolled forward or back on its live acceptance.
+
+Mechanism (Ray Serve 2.60, declarative applications only): the application is re-applied with its
+deployed entry unchanged (same `import_path` and `args`, so the same code version: no rebuild, the
+router and the vanilla pool keep running) plus an override of the speculative deployment's
+`ray_actor_options` setting `core.rollout.CANARY_ENV`. A changed `ray_actor_options` restarts that
+deployment's replicas, one rollout step at a time, each stopped gracefully (in-flight requests
+finish) while the router sends its pool's requests to the other pool or replicas meanwhile; the
+replica of Serve rank < `replicas` starts with the candidate checkpoint (deployments/pools.py
+`PoolServer._with_canary`), passes the sampling check and profiles before it takes traffic.
+On KubeRay the same override goes into the RayService's `serveConfigV2` (`deployments:` of the
+application), which KubeRay applies in place.
+
+Steps: (1) canary: the candidate on one replica (`replicas` 1); (2) watch: the router tallies each
+response's acceptance under the `system_fingerprint` of the speculator that served it
+(core/rollout.py), every ingress replica publishing to the StatsBoard, which this driver reads;
+`core.rollout.decide` compares candidate and incumbent per task; (3) forward: the candidate on every
+replica (`replicas` null); back: the override removed, every replica back on the incumbent. Each
+step is recorded on the board (`StatsBoard.set_rollout`): `specserve_rollout_state`,
+`specserve_rollouts_total{outcome}` and the per-speculator acceptance on /metrics and the dashboard.
+
+A rolled-forward application keeps the override until its config names the candidate
+(`speculative.speculator.model`) and is deployed again.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import ray
+from ray import serve
+from ray.serve.schema import ServeDeploySchema
+
+from core import SpecserveConfig, resolve_path
+from core.ray_private import get_global_client
+from core.rollout import (CANARY_ENV, RolloutParams, Verdict, canary_env, decide, merge_counts,
+                          speculator_fingerprint)
+from router.board import get_board
+
+POOL = "speculative"
+POLL_S = 2.0
+
+
+class RolloutError(RuntimeError):
+    """The rollout cannot start (bad candidate, application not declarative or not running)."""
+
+
+@dataclass
+class RolloutResult:
+    """How a rollout ended.
+
+    Attributes:
+        outcome: "forward" or "back".
+        reason: why (the verdict's, a forced decision, a failed canary, a timeout).
+        incumbent, candidate: the speculators' fingerprints.
+        detail: `core.rollout.decide`'s per-task comparison at the decision.
+        seconds: per step (canary, watch, forward or back), wall clock.
+    """
+
+    outcome: str
+    reason: str
+    incumbent: str
+    candidate: str
+    detail: dict
+    seconds: dict
+
+
+def deployed_entry(app_name: str) -> tuple[dict, dict, list[dict]]:
+    """The application's deployed config entry, Serve's HTTP options, and the other declarative
+    applications' entries (a declarative apply replaces the whole set).
+
+    Raises:
+        RolloutError: no such application, or it was deployed with `serve.run` (imperative: no
+            in-place override; deploy it declaratively: `autoscaling.enabled`, or a RayService).
+    """
+    details = get_global_client().get_serve_details()
+    apps = details.get("applications", {})
+    app = apps.get(app_name)
+    if app is None:
+        raise RolloutError(f"--app: no Serve application {app_name!r} (have {sorted(apps)})")
+    if app.get("source") != "declarative" or not app.get("deployed_app_config"):
+        raise RolloutError(f"application {app_name!r} was deployed with serve.run; a rollout "
+                           "updates a declaratively deployed one in place (set "
+                           "autoscaling.enabled: true, or serve it from a RayService)")
+    others = [a["deployed_app_config"] for name, a in apps.items()
+              if name != app_name and a.get("source") == "declarative"
+              and a.get("deployed_app_config")]
+    http = {k: v for k, v in (details.get("http_options") or {}).items()
+            if k in ("host", "port")}
+    return app["deployed_app_config"], http, others
+
+
+def with_canary(entry: dict, actor_options: dict, value: str | None) -> dict:
+    """`entry` with the speculative deployment's `ray_actor_options` = `actor_options` with
+    `CANARY_ENV` set to `value` (None: the override removed, the build's options back)."""
+    entry = copy.deepcopy(entry)
+    others = [d for d in entry.get("deployments", []) if d.get("name") != POOL]
+    if value is not None:
+        options = copy.deepcopy(actor_options)
+        env = options.setdefault("runtime_env", {}).setdefault("env_vars", {})
+        env[CANARY_ENV] = value
+        others.append({"name": POOL, "ray_actor_options": options})
+    entry["deployments"] = others
+    return entry
+
+
+def current_actor_options(app_name: str) -> dict:
+    """The speculative deployment's effective `ray_actor_options`, without `CANARY_ENV`."""
+    details = get_global_client().get_serve_details()
+    deployment = details["applications"][app_name]["deployments"].get(POOL)
+    if deployment is None:
+        raise RolloutError(f"application {app_name!r} has no {POOL} pool")
+    options = copy.deepcopy(deployment["deployment_config"].get("ray_actor_options") or {})
+    env = (options.get("runtime_env") or {}).get("env_vars") or {}
+    env.pop(CANARY_ENV, None)
+    return options
+
+
+def apply(app_name: str, value: str | None) -> None:
+    """Re-applies the application with the canary override `value` (None: removed)."""
+    entry, http, others = deployed_entry(app_name)
+    options = current_actor_options(app_name)
+    get_global_client().deploy_apps(ServeDeploySchema(
+        http_options=http, applications=[*others, with_canary(entry, options, value)]))
+
+
+def live_speculators(board) -> dict[str, dict]:
+    """The speculative pool's live replicas: {replica id: {"speculator", "lossless_sampling"}}."""
+    return {rid: r for rid, r in ray.get(board.replica_speculators.remote()).items()
+            if r["pool"] == POOL}
+
+
+def wait_replicas(board, app_name: str, ready: Callable[[dict[str, dict]], bool],
+                  timeout_s: float) -> bool:
+    """Polls the board until `ready(live_speculators)`; False on timeout or when the application
+    turns DEPLOY_FAILED / UNHEALTHY (a candidate vLLM cannot load)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if ready(live_speculators(board)):
+            return True
+        status = serve.status().applications.get(app_name)
+        if status is not None and status.status in ("DEPLOY_FAILED", "UNHEALTHY"):
+            return False
+        time.sleep(POLL_S)
+    return False
+
+
+def check_candidate(cfg: SpecserveConfig, candidate: str) -> tuple[str, dict]:
+    """The candidate's resolved path and the config's vLLM `speculative_config`.
+
+    Raises:
+        RolloutError: not a checkpoint folder, or the config's speculator has no checkpoint.
+    """
+    path = resolve_path(candidate)
+    if not (Path(path) / "config.json").is_file():
+        raise RolloutError(f"--candidate: {candidate!r} is not a checkpoint folder with a "
+                           "config.json")
+    spec = cfg.speculative.speculator.to_vllm() if cfg.speculative else None
+    if not spec or "model" not in spec:
+        raise RolloutError("speculative.speculator.method: a rollout replaces a speculator "
+                           "checkpoint (eagle3, medusa, draft_model); n-gram has none")
+    return path, spec
+
+
+def run_rollout(cfg: SpecserveConfig, app_name: str, candidate: str, params: RolloutParams,
+                decision: str = "auto", canary_timeout_s: float = 900.0,
+                watch_timeout_s: float = 600.0, log: Callable[[dict], None] = print
+                ) -> RolloutResult:
+    """Canary, watch, then forward or back (module docstring). Needs `ray.init` on the cluster.
+
+    Args:
+        candidate: the candidate checkpoint folder (vLLM's layout, readable by every worker).
+        decision: "auto" (`core.rollout.decide`), or "forward" / "back" once the canary is live
+            (an operator's call; also how a roll-back is exercised).
+        canary_timeout_s: longest wait for the canary replica to serve (else back).
+        watch_timeout_s: longest wait for enough live acceptance to decide (else back).
+        log: called with one JSON-able event per step.
+
+    Raises:
+        RolloutError: the candidate is not a checkpoint folder, the application cannot be updated
+            in place, or its speculative pool has no live replica to compare against.
+    """
+    import vllm
+
+    path, spec = check_candidate(cfg, candidate)
+    deployed_entry(app_name)  # declarative, or refuse before touching anything
+    board = get_board(app_name)
+    live = live_speculators(board)
+    if not live:
+        raise RolloutError(f"application {app_name!r}: no live {POOL} replica on its StatsBoard")
+    incumbent = Counter(r["speculator"] for r in live.values()).most_common(1)[0][0]
+    cand_fp = speculator_fingerprint(POOL, {**spec, "model": path}, vllm.__version__)
+    if cand_fp == incumbent:
+        raise RolloutError(f"--candidate: the {POOL} pool already serves {cand_fp}")
+    seconds: dict[str, float] = {}
+
+    def step(state: str, **extra) -> None:
+        event = {"state": state, "candidate": cand_fp, "incumbent": incumbent, **extra}
+        ray.get(board.set_rollout.remote(event))
+        log({"event": "rollout", **event})
+
+    def finish(outcome: Verdict, reason: str, detail: dict) -> RolloutResult:
+        t0 = time.monotonic()
+        if outcome == "forward":
+            apply(app_name, canary_env(path, None))
+            ok = wait_replicas(board, app_name, lambda r: bool(r) and all(
+                x["speculator"] == cand_fp for x in r.values()), canary_timeout_s)
+        else:
+            apply(app_name, None)
+            ok = wait_replicas(board, app_name, lambda r: bool(r) and all(
+                x["speculator"] != cand_fp for x in r.values()), canary_timeout_s)
+        seconds[outcome] = time.monotonic() - t0
+        step(outcome, reason=reason, detail=detail, replicas_updated=ok)
+        return RolloutResult(outcome, reason, incumbent, cand_fp, detail, seconds)
+
+    t0 = time.monotonic()
+    step("canary", reason="starting")
+    apply(app_name, canary_env(path, 1))
+    up = wait_replicas(board, app_name,
+                       lambda r: any(x["speculator"] == cand_fp for x in r.values()),
+                       canary_timeout_s)
+    seconds["canary"] = time.monotonic() - t0
+    if not up:
+        return finish("back", f"the canary replica did not serve within {canary_timeout_s:.0f} s"
+                      " (see the Serve controller log: vLLM could not load it?)", {})
+    unchecked = [rid for rid, r in live_speculators(board).items()
+                 if r["speculator"] == cand_fp and not r["lossless_sampling"]]
+    if unchecked:
+        return finish("back", f"the canary replica(s) {unchecked} failed the sampling check", {})
+    step("canary", reason="serving")
+    if decision in ("forward", "back"):
+        return finish(decision, f"decided by the operator ({decision})", {})
+    t0 = time.monotonic()
+    deadline = t0 + watch_timeout_s
+    verdict, detail = "wait", {}
+    while time.monotonic() < deadline:
+        state = ray.get(board.router_state.remote("", None))
+        tallies = merge_counts(state.speculators)
+        verdict, detail = decide(tallies.get(incumbent, {}), tallies.get(cand_fp, {}), params)
+        if verdict != "wait":
+            break
+        time.sleep(POLL_S)
+    seconds["watch"] = time.monotonic() - t0
+    if verdict == "wait":
+        return finish("back", f"no task reached {params.min_steps} verification steps on both "
+                      f"speculators within {watch_timeout_s:.0f} s", detail)
+    ratio = detail["ratio"]
+    reason = (f"regressed on {', '.join(detail['regressed'])}" if detail["regressed"] else
+              f"live mean acceptance length {ratio:.3f}x the incumbent's")
+    return finish(verdict, reason, detail)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`specserve speculator rollout`; exit 0 rolled forward, 1 rolled back, 2 bad input."""
+    import argparse
+    import sys
+
+    from core import ConfigError, load_config
+
+    p = argparse.ArgumentParser(prog="specserve speculator rollout", description=__doc__.split(
+        "\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--config", required=True, help="the config the application serves")
+    p.add_argument("--candidate", required=True, help="candidate checkpoint folder, e.g. the "
+                   "eagle3-v1 that `specserve speculator retrain` wrote")
+    p.add_argument("--app", default="specserve", help="Serve application name")
+    p.add_argument("--address", default="auto", help="Ray cluster address")
+    p.add_argument("--decide", choices=["auto", "forward", "back"], default="auto",
+                   help="auto: on live acceptance; forward/back: once the canary serves")
+    p.add_argument("--min-steps", type=int, default=RolloutParams.min_steps)
+    p.add_argument("--max-regression", type=float, default=RolloutParams.max_regression)
+    p.add_argument("--min-ratio", type=float, default=RolloutParams.min_ratio)
+    p.add_argument("--canary-timeout-s", type=float, default=900.0)
+    p.add_argument("--watch-timeout-s", type=float, default=600.0)
+    args = p.parse_args(argv)
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as e:
+        print(f"specserve: invalid config:\n{e}", file=sys.stderr)
+        return 2
+    try:
+        check_candidate(cfg, args.candidate)
+        try:
+            ray.init(address=args.address, logging_level="ERROR")
+        except ConnectionError as e:
+            raise RolloutError(f"--address {args.address}: {e}") from None
+        result = run_rollout(cfg, args.app, args.candidate,
+                             RolloutParams(args.min_steps, args.max_regression, args.min_ratio),
+                             args.decide, args.canary_timeout_s, args.watch_timeout_s,
+                             lambda e: print(json.dumps(e), flush=True))
+    except RolloutError as e:
+        print(f"specserve speculator rollout: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({"outcome": result.outcome, "reason": result.reason,
+                      "incumbent": result.incumbent, "candidate": result.candidate,
+                      "seconds": result.seconds}), flush=True)
+    return 0 if result.outcome == "forward" else 1

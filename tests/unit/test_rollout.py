@@ -1,0 +1,82 @@
+"""The rollout's pure parts: fingerprints, live tallies, the canary verdict, the Serve override."""
+
+import json
+
+import pytest
+
+from core.rollout import (CANARY_ENV, MAX_FINGERPRINTS, RolloutParams, SpeculatorTallies, Tally,
+                          canary_env, decide, merge_counts, parse_canary, speculator_fingerprint)
+
+
+def test_fingerprint_names_pool_and_checkpoint():
+    assert (speculator_fingerprint("speculative", {"method": "eagle3", "model": "/m/eagle3-v1/"},
+                                   "0.32.0") == "specserve-speculative-eagle3-v1-vllm-0.32.0")
+    assert speculator_fingerprint("speculative", {"method": "ngram"}, "0.32.0").endswith(
+        "-ngram-vllm-0.32.0")
+    assert speculator_fingerprint("vanilla", None, "0.32.0") == "specserve-vanilla-target-vllm-0.32.0"
+
+
+def test_tallies_follow_vllm_mean_acceptance_length_and_merge_replicas():
+    a, b = SpeculatorTallies(), SpeculatorTallies()
+    a.observe("fp", "code", [0, 1, 0, 0, 9])  # 10 steps, 1 + 36 accepted
+    a.observe(None, "code", [5, 5])  # no fingerprint: not tallied
+    b.observe("fp", "code", [10, 0, 0, 0, 0])
+    b.observe("fp", "chat", [1, 1])
+    merged = merge_counts([a.counts(), b.counts()])
+    code = merged["fp"]["code"]
+    assert (code.requests, code.steps, code.accepted) == (2, 20, 37)
+    assert code.mean_acceptance_length == pytest.approx(1 + 37 / 20)
+    assert merged["fp"]["chat"].mean_acceptance_length == pytest.approx(1.5)
+    assert Tally().mean_acceptance_length == 0.0
+
+
+def test_tallies_keep_a_bounded_number_of_speculators():
+    t = SpeculatorTallies()
+    for i in range(MAX_FINGERPRINTS + 3):
+        t.observe(f"fp{i}", "code", [1, 1])
+    kept = t.counts()
+    assert len(kept) == MAX_FINGERPRINTS and "fp0" not in kept and f"fp{MAX_FINGERPRINTS + 2}" in kept
+
+
+def _t(steps, mean_len):
+    return Tally(requests=1, steps=steps, accepted=round(steps * (mean_len - 1)))
+
+
+def test_verdict_waits_for_evidence_then_goes_forward_or_back():
+    p = RolloutParams(min_steps=100, max_regression=0.05, min_ratio=0.95)
+    inc = {"code": _t(1000, 3.0), "chat": _t(1000, 2.0)}
+    assert decide(inc, {"code": _t(99, 4.0)}, p)[0] == "wait"
+    verdict, detail = decide(inc, {"code": _t(200, 3.6), "chat": _t(50, 1.0)}, p)
+    assert verdict == "forward" and detail["tasks"]["code"]["ratio"] == pytest.approx(1.2)
+    assert detail["tasks"]["chat"]["ratio"] is None  # too few steps: not compared
+    verdict, detail = decide(inc, {"code": _t(200, 3.6), "chat": _t(200, 1.8)}, p)
+    assert verdict == "back" and detail["regressed"] == ["chat"]  # 0.9x on chat
+    # no task regresses past 5%, but the live gain asked for is missing
+    assert decide(inc, {"code": _t(200, 3.0)}, RolloutParams(100, 0.05, 1.1))[0] == "back"
+    assert decide(inc, {"code": _t(200, 2.9)}, p)[0] == "forward"  # within the 5% allowed
+
+
+def test_canary_env_round_trips_and_bad_values_name_the_variable():
+    assert parse_canary(canary_env("/m/eagle3-v1", 1)) == ("/m/eagle3-v1", 1)
+    assert parse_canary(canary_env("/m/eagle3-v1", None)) == ("/m/eagle3-v1", None)
+    for bad in ("", "{}", '{"model": ""}', '{"model": "/m", "replicas": 0}', "[1]",
+                '{"model": "/m", "replicas": "all"}'):
+        with pytest.raises(ValueError, match=CANARY_ENV):
+            parse_canary(bad)
+
+
+def test_override_touches_only_the_speculative_deployment():
+    from deployments.rollout import with_canary
+    entry = {"name": "specserve", "import_path": "deployments.app:build_app", "args": {"a": 1},
+             "deployments": [{"name": "vanilla", "num_replicas": 2}]}
+    options = {"num_cpus": 0, "runtime_env": {"env_vars": {"LD_PRELOAD": "x"}}}
+    canary = with_canary(entry, options, canary_env("/m/c", 1))
+    spec = [d for d in canary["deployments"] if d["name"] == "speculative"][0]
+    assert spec["ray_actor_options"]["num_cpus"] == 0
+    assert spec["ray_actor_options"]["runtime_env"]["env_vars"] == {
+        "LD_PRELOAD": "x", CANARY_ENV: json.dumps({"model": "/m/c", "replicas": 1})}
+    assert canary["args"] == entry["args"]  # same code version: no rebuild
+    assert {"name": "vanilla", "num_replicas": 2} in canary["deployments"]
+    assert options["runtime_env"]["env_vars"] == {"LD_PRELOAD": "x"}  # not mutated
+    back = with_canary(canary, options, None)
+    assert back["deployments"] == [{"name": "vanilla", "num_replicas": 2}]
