@@ -2,9 +2,11 @@
 
 Ray Serve 2.60 takes an application-level `autoscaling_policy` (one policy sizing several
 deployments) only from a declarative config (`ServeDeploySchema`: `serve deploy`, the REST API, a
-RayService's `serveConfigV2`); `serve.run` has no such argument. So with `autoscaling.enabled` the
-application is applied as a config whose `import_path` is `deployments.app:build_app` and whose
-`autoscaling_policy` is `autoscaling.controller.PoolAutoscaler`; without it, `serve.run`.
+RayService's `serveConfigV2`); `serve.run` has no such argument. So the application is applied as
+a config whose `import_path` is `deployments.app:build_app` and, with `autoscaling.enabled`, whose
+`autoscaling_policy` is `autoscaling.controller.PoolAutoscaler`. Declarative with or without it:
+so a deployment's options can later be updated in place, with the same code version (no rebuild),
+which `specserve speculator rollout` does (deployments/rollout.py), as on a RayService.
 Other declaratively deployed applications on the instance are kept (a declarative apply replaces
 the whole set).
 """
@@ -18,7 +20,7 @@ from ray.serve.schema import ServeDeploySchema
 
 from core import SpecserveConfig
 from core.ray_private import get_global_client
-from deployments.app import build_app_from_config
+from deployments.app import check_fits_node
 
 
 def app_config(cfg: SpecserveConfig, name: str, route_prefix: str = "/") -> dict:
@@ -38,9 +40,7 @@ def run_app(cfg: SpecserveConfig, name: str, route_prefix: str = "/",
         RuntimeError: the application failed to deploy (Serve's message).
         TimeoutError: not RUNNING within `timeout_s`.
     """
-    if not cfg.autoscaling.enabled:
-        serve.run(build_app_from_config(cfg), name=name, route_prefix=route_prefix)
-        return
+    check_fits_node(cfg)  # here too: the build task's ConfigError would reach us as a traceback
     client = get_global_client()
     details = client.get_serve_details()
     others = [app["deployed_app_config"]

@@ -21,7 +21,6 @@ from ray.serve.llm import LLMConfig, build_llm_deployment
 from ray.serve.llm.deployment import LLMServer
 from ray.serve.llm.openai_api_models import CompletionRequest
 import vllm
-from vllm.entrypoints.serve.utils.fingerprint import set_default_fingerprint_mode
 from vllm.v1.metrics.reader import get_metrics_snapshot
 
 from core import (PUSH_PERIOD_S, CaptureConfig, EngineStats, ModelConfig, PoolConfig,
@@ -89,9 +88,11 @@ class PoolServer(LLMServer):
         llm_config = self._with_canary(llm_config, ctx)
         speculative_config = llm_config.engine_kwargs.get("speculative_config")
         self._fingerprint = speculator_fingerprint(pool, speculative_config, vllm.__version__)
-        # vLLM's serving classes, built in super().__init__, read it once (vLLM 0.32
-        # `--fingerprint-mode custom`): every response names the speculator that served it
-        set_default_fingerprint_mode("custom", self._fingerprint)
+        # every response names the speculator that served it: vLLM 0.32's frontend flags
+        # `--fingerprint-mode custom --fingerprint-value`, which Ray Serve LLM takes among
+        # engine_kwargs (FrontendArgs fields)
+        llm_config = with_engine_kwargs(llm_config, fingerprint_mode="custom",
+                                        fingerprint_value=self._fingerprint)
         logger.info("%s replica %s serves %s", pool, self._replica_id, self._fingerprint)
         await super().__init__(llm_config, **kwargs)
         export_engine_metrics(getattr(self.engine, "_engine_client", None))
@@ -153,10 +154,8 @@ class PoolServer(LLMServer):
         if not (Path(model) / "config.json").is_file():
             raise ValueError(f"{CANARY_ENV}: model {model!r} is not a checkpoint folder with a "
                              "config.json on this node")
-        engine_kwargs = {**llm_config.engine_kwargs,
-                         "speculative_config": {**spec, "model": model}}
         logger.info("replica of rank %s serves the candidate speculator %s", rank, model)
-        return llm_config.model_copy(update={"engine_kwargs": engine_kwargs})
+        return with_engine_kwargs(llm_config, speculative_config={**spec, "model": model})
 
     async def _run_profile_request(self, prompt: str, max_tokens: int,
                                    on_first: Callable[[], None]) -> None:
@@ -256,6 +255,14 @@ class PoolServer(LLMServer):
             shutdown_engine_processes(getattr(self, "engine", None))
             if getattr(self, "_cores", None) is not None:
                 self._cores.release()
+
+
+def with_engine_kwargs(llm_config: LLMConfig, **updates) -> LLMConfig:
+    """A new `LLMConfig` with `engine_kwargs` updated. Validated anew, not `model_copy`'d: an
+    LLMConfig caches the engine config it derives (`get_engine_config`, ray 2.60), and a copy
+    would keep the old one."""
+    return type(llm_config).model_validate(
+        {**llm_config.model_dump(), "engine_kwargs": {**llm_config.engine_kwargs, **updates}})
 
 
 def shutdown_engine_processes(engine) -> None:

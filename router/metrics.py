@@ -255,10 +255,9 @@ class _RolloutCollector:
         yield steps
         current = GaugeMetricFamily(
             "specserve_rollout_state", "1 for the speculator rollout's current step (canary, "
-            "forward: rolled forward, back: rolled back) and its candidate.",
+            "forward: rolled forward, back: rolled back; none before any) and its candidate.",
             labels=["state", "candidate"])
-        if state.get("state"):
-            current.add_metric([state["state"], state.get("candidate", "")], 1)
+        current.add_metric([state.get("state", "none"), state.get("candidate", "")], 1)
         yield current
         outcomes = CounterMetricFamily("specserve_rollouts", "Speculator rollouts ended, by "
                                        "outcome (forward, back).", labels=["outcome"])

@@ -184,6 +184,21 @@ ROWS: tuple[Row, ...] = (
                               "{{pool}} {{action}} · {{reason}}"),), bars=True,
               autoscaled=True),
     )),
+    Row("Speculator rollout", (
+        Panel("speculator_acceptance", "Live mean acceptance length per speculator",
+              "1 + accepted / verification steps, by the speculator that served (its "
+              "system_fingerprint: a canary's beside the incumbent's) and task, since the "
+              "router started (core/rollout.py).", "none",
+              (Query('max by (speculator, task) '
+                     '(specserve_speculator_mean_acceptance_length{task=~"$task"})',
+                     "{{speculator}} · {{task}}"),)),
+        Panel("rollout", "Rollout state and outcomes", "The speculator rollout's step (canary, "
+              "forward, back; none before any) and its candidate, and the rollouts ended by "
+              "outcome (`specserve speculator rollout`, deployments/rollout.py).", "short",
+              (Query("max by (state, candidate) (specserve_rollout_state)",
+                     "{{state}} {{candidate}}"),
+               Query("max by (outcome) (specserve_rollouts_total)", "rolled {{outcome}}"))),
+    )),
     Row("Errors", (
         Panel("http_status", "HTTP responses by status", "Responses per second of Serve's HTTP "
               "proxy to the OpenAI endpoints, by status code.", "reqps",

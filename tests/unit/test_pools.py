@@ -22,3 +22,33 @@ def test_node_labels_select_every_bundle():
     assert llm.deployment_config["placement_group_bundle_label_selector"] == [
         {"specserve.io/pool": "speculative"}]
     assert llm.deployment_config["ray_actor_options"] == {"num_cpus": 0}
+
+
+def test_a_canary_replica_gets_the_candidate_in_the_engine_config_vllm_reads(tmp_path,
+                                                                            monkeypatch):
+    import json
+    from types import SimpleNamespace
+
+    import pytest
+
+    from core.rollout import CANARY_ENV, canary_env
+    from deployments.pools import PoolServer
+
+    (tmp_path / "config.json").write_text("{}")
+    base = _pool(speculator={"method": "eagle3", "model": str(tmp_path.parent),
+                             "num_speculative_tokens": 4})
+    base.get_engine_config()  # cached by the LLMConfig: what a copy would keep
+    ctx = lambda rank: SimpleNamespace(rank=SimpleNamespace(rank=rank))  # noqa: E731
+    monkeypatch.setenv(CANARY_ENV, canary_env(str(tmp_path), 1))
+    canary = PoolServer._with_canary(base, ctx(0))
+    assert canary.get_engine_config().engine_kwargs["speculative_config"]["model"] == str(tmp_path)
+    assert canary.deployment_config == base.deployment_config
+    assert PoolServer._with_canary(base, ctx(1)) is base  # rank 1: the incumbent
+    monkeypatch.setenv(CANARY_ENV, canary_env(str(tmp_path), None))
+    assert PoolServer._with_canary(base, ctx(5)) is not base  # every replica
+    monkeypatch.setenv(CANARY_ENV, canary_env(str(tmp_path / "missing"), None))
+    with pytest.raises(ValueError, match="config.json"):
+        PoolServer._with_canary(base, ctx(0))
+    monkeypatch.setenv(CANARY_ENV, json.dumps({"replicas": 1}))
+    with pytest.raises(ValueError, match=CANARY_ENV):
+        PoolServer._with_canary(base, ctx(0))

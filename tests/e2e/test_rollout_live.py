@@ -1,0 +1,203 @@
+"""A speculator rollout on a real local Serve app deployed as `specserve serve` does
+(`deployments.deploy.run_app`), the lab's EAGLE-3 head serving, under a steady load of streams:
+
+- a candidate that accepts less (the head with noise on its weights) goes onto the speculative
+  replica as a canary, the router tallies its live acceptance apart from the incumbent's (the
+  responses' `system_fingerprint`), and the rollout rolls back on it;
+- a candidate that accepts as much (the same weights as a new version) rolls forward, its replica
+  passing the sampling check before it takes sampled requests;
+- not one stream fails, is cut or is duplicated across canary, roll-back and roll-forward; the
+  router and the vanilla pool are not restarted (the same code version: no rebuild).
+
+Its own cluster and app: run it alone, under the heavy lock (tests/e2e/test_autoscaling_live.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+
+import httpx
+import pytest
+
+from core import DEFAULT_CONFIG_PATH, RAY_NODE_ENV, SpecserveConfig, haproxy_ports_env
+from tests.local_ray import start_own_ray
+
+pytestmark = [pytest.mark.serve, pytest.mark.own_ray]
+
+PORT = int(os.environ.get("SPECSERVE_TEST_PORT", "8123"))
+APP = "specserve-rollout"
+MODEL = "specserve-tiny"
+PROMPTS = ("def fibonacci(n):\n    ", "def quicksort(xs):\n    ", "class Stack:\n    def ",
+           "def is_prime(n):\n    ")
+MIN_STEPS = 60  # verification steps per task on both speculators before a verdict
+
+
+def _config() -> SpecserveConfig:
+    data = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH).model_dump(mode="json")
+    for pool in ("vanilla", "speculative"):
+        data[pool] |= {"enforce_eager": True, "profile_max_batch": 2, "max_num_seqs": 8,
+                       "cpu_kvcache_space_gib": 1, "num_replicas": 1}
+    data["speculative"]["speculator"] = {"method": "eagle3", "model": "${models}/eagle3",
+                                         "num_speculative_tokens": 4}
+    data["server"] |= {"port": PORT}
+    data["autoscaling"] = {"enabled": False}
+    return SpecserveConfig.from_dict(data)
+
+
+@pytest.fixture(scope="module")
+def base(lab) -> str:
+    import ray
+    from ray import serve
+
+    from deployments.deploy import run_app
+
+    for name, value in RAY_NODE_ENV.items():
+        os.environ.setdefault(name, value)
+    os.environ.update(haproxy_ports_env(PORT))  # not the session cluster's HAProxy ports
+    start_own_ray(4)
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": PORT})
+        run_app(_config(), APP, timeout_s=300)
+        yield f"http://127.0.0.1:{PORT}"
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def candidates(lab, tmp_path_factory) -> dict[str, str]:
+    """`same`: the lab's head as a new version; `noisy`: its weights plus noise of their own
+    standard deviation (still loads; accepts far less)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    root = tmp_path_factory.mktemp("candidates")
+    same, noisy = root / "eagle3-v1", root / "eagle3-noisy"
+    shutil.copytree(os.path.join(lab, "eagle3"), same)
+    shutil.copytree(same, noisy)
+    weights = load_file(same / "model.safetensors")
+    gen = torch.Generator().manual_seed(0)
+    for name, w in weights.items():
+        if w.dtype.is_floating_point and w.dim() >= 2:
+            weights[name] = (w.float() + torch.randn(w.shape, generator=gen) * w.float().std()
+                             ).to(w.dtype)
+    save_file(weights, noisy / "model.safetensors", metadata={"format": "pt"})
+    return {"same": str(same), "noisy": str(noisy)}
+
+
+class Streams:
+    """`n` clients streaming greedy code completions back to back until stopped; every stream's
+    outcome kept (status, whether it ended with one [DONE] and no error event, its route)."""
+
+    def __init__(self, base: str, n: int = 3):
+        self._base, self._stop = base, threading.Event()
+        self.done: list[dict] = []
+        self._threads = [threading.Thread(target=self._run, args=(i,)) for i in range(n)]
+
+    def __enter__(self) -> "Streams":
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=180)
+
+    def _run(self, i: int) -> None:
+        with httpx.Client(base_url=self._base, timeout=300) as c:
+            k = 0
+            while not self._stop.is_set():
+                body = {"model": MODEL, "prompt": PROMPTS[(i + k) % len(PROMPTS)], "stream": True,
+                        "max_tokens": 48, "temperature": 0}
+                k += 1
+                try:
+                    with c.stream("POST", "/v1/completions", json=body) as r:
+                        text = "".join(r.iter_text())
+                        self.done.append({"status": r.status_code, "route": r.headers.get(
+                            "x-specserve-route"), "ok": text.count("data: [DONE]") == 1
+                            and text.rstrip().endswith("data: [DONE]")
+                            and '"error"' not in text, "tail": text[-200:]})
+                except httpx.HTTPError as e:
+                    self.done.append({"status": None, "ok": False, "tail": repr(e)})
+
+    def failures(self) -> list[dict]:
+        return [d for d in self.done if d["status"] != 200 or not d["ok"]]
+
+
+def _speculators(base: str) -> dict:
+    return httpx.get(f"{base}/admin/speculators", timeout=30).json()
+
+
+def _wait_incumbent_evidence(base: str, streams: Streams) -> str:
+    """The incumbent's fingerprint, once the router holds `MIN_STEPS` code steps for it."""
+    from tests.local_ray import until
+
+    def ready():
+        s = _speculators(base)["speculators"]
+        return [fp for fp, t in s.items() if t.get("code", {}).get("steps", 0) >= MIN_STEPS]
+    assert until(ready, 240, 2), (_speculators(base), streams.failures())
+    return ready()[0]
+
+
+def _replicas_not_rolled() -> dict[str, set[str]]:
+    """Replica ids of the deployments a rollout must not restart (all but the speculative pool)."""
+    from core.ray_private import get_global_client
+
+    deployments = get_global_client().get_serve_details()["applications"][APP]["deployments"]
+    return {name: {r["replica_id"] for r in d["replicas"]}
+            for name, d in deployments.items() if name != "speculative"}
+
+
+def test_a_canary_that_accepts_less_rolls_back_and_no_stream_fails(base, candidates):
+    from core.rollout import RolloutParams
+    from deployments.rollout import run_rollout
+
+    events = []
+    with Streams(base) as streams:
+        incumbent = _wait_incumbent_evidence(base, streams)
+        others = _replicas_not_rolled()
+        result = run_rollout(_config(), APP, candidates["noisy"], RolloutParams(MIN_STEPS),
+                             canary_timeout_s=400, watch_timeout_s=300, log=events.append)
+    assert streams.failures() == [], streams.failures()[:3]
+    assert _replicas_not_rolled() == others  # router, vanilla pool: not restarted
+    assert len(streams.done) > 20 and {d["route"] for d in streams.done} >= {"speculative"}
+    assert (result.outcome, result.incumbent) == ("back", incumbent), result
+    assert "eagle3-noisy" in result.candidate and result.detail["tasks"]["code"]["ratio"] < 0.95
+    assert [e["state"] for e in events] == ["canary", "canary", "back"], events
+    seen = _speculators(base)
+    assert seen["speculators"][result.candidate]["code"]["steps"] >= MIN_STEPS
+    assert seen["rollout"]["state"] == "back" and seen["rollout"]["outcomes"] == {"back": 1}
+    metrics = httpx.get(f"{base}/metrics", timeout=30).text
+    assert 'specserve_rollouts_total{outcome="back"} 1.0' in metrics
+    assert f'specserve_rollout_state{{candidate="{result.candidate}",state="back"}} 1.0' in metrics
+    assert f'speculator="{result.candidate}"' in metrics
+
+
+def test_a_canary_that_accepts_as_much_rolls_forward_and_samples_losslessly(base, candidates):
+    from core.rollout import RolloutParams
+    from deployments.rollout import live_speculators, run_rollout
+    from router.board import get_board
+
+    with Streams(base) as streams:
+        _wait_incumbent_evidence(base, streams)
+        result = run_rollout(_config(), APP, candidates["same"], RolloutParams(MIN_STEPS),
+                             canary_timeout_s=400, watch_timeout_s=300, log=lambda e: None)
+    assert streams.failures() == [], streams.failures()[:3]
+    assert result.outcome == "forward", result
+    assert 0.9 < result.detail["ratio"] < 1.1, result.detail  # same weights, same prompts
+    live = live_speculators(get_board(APP))
+    assert live and all(r["speculator"] == result.candidate and r["lossless_sampling"]
+                        for r in live.values()), live
+    # the rolled-forward replica takes sampled requests (its sampling check passed) and names
+    # itself in the response
+    r = httpx.post(f"{base}/v1/completions", timeout=120, json={
+        "model": MODEL, "prompt": PROMPTS[0], "max_tokens": 16, "temperature": 0.8,
+        "route": "speculative"})
+    assert r.status_code == 200, r.text
+    assert r.json()["system_fingerprint"] == result.candidate
+    assert _speculators(base)["rollout"]["outcomes"] == {"back": 1, "forward": 1}
+    print(json.dumps({"seconds": result.seconds}))
