@@ -16,7 +16,8 @@ Steps: (1) canary: the candidate on one replica (`replicas` 1); (2) watch: the r
 response's acceptance under the `system_fingerprint` of the speculator that served it
 (core/rollout.py), every ingress replica publishing to the StatsBoard, which this driver reads;
 `core.rollout.decide` compares candidate and incumbent per task; (3) forward: the candidate on every
-replica (`replicas` null); back: the override removed, every replica back on the incumbent. Each
+replica (`replicas` null); back: the override as it was before (none, or an earlier rollout's
+candidate), every replica back on the incumbent. Each
 step is recorded on the board (`StatsBoard.set_rollout`): `specserve_rollout_state`,
 `specserve_rollouts_total{outcome}` and the per-speculator acceptance on /metrics and the dashboard.
 
@@ -30,7 +31,7 @@ import copy
 import json
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -111,22 +112,22 @@ def with_canary(entry: dict, actor_options: dict, value: str | None) -> dict:
     return entry
 
 
-def current_actor_options(app_name: str) -> dict:
-    """The speculative deployment's effective `ray_actor_options`, without `CANARY_ENV`."""
+def current_actor_options(app_name: str) -> tuple[dict, str | None]:
+    """The speculative deployment's effective `ray_actor_options` without `CANARY_ENV`, and that
+    variable's value in force (None: the config's speculator serves)."""
     details = get_global_client().get_serve_details()
     deployment = details["applications"][app_name]["deployments"].get(POOL)
     if deployment is None:
         raise RolloutError(f"application {app_name!r} has no {POOL} pool")
     options = copy.deepcopy(deployment["deployment_config"].get("ray_actor_options") or {})
     env = (options.get("runtime_env") or {}).get("env_vars") or {}
-    env.pop(CANARY_ENV, None)
-    return options
+    return options, env.pop(CANARY_ENV, None)
 
 
 def apply(app_name: str, value: str | None) -> None:
     """Re-applies the application with the canary override `value` (None: removed)."""
     entry, http, others = deployed_entry(app_name)
-    options = current_actor_options(app_name)
+    options, _ = current_actor_options(app_name)
     get_global_client().deploy_apps(ServeDeploySchema(
         http_options=http, applications=[*others, with_canary(entry, options, value)]))
 
@@ -138,12 +139,14 @@ def live_speculators(board) -> dict[str, dict]:
 
 
 def wait_replicas(board, app_name: str, ready: Callable[[dict[str, dict]], bool],
-                  timeout_s: float) -> bool:
-    """Polls the board until `ready(live_speculators)`; False on timeout or when the application
-    turns DEPLOY_FAILED / UNHEALTHY (a candidate vLLM cannot load)."""
+                  timeout_s: float, restarted: set[str] = frozenset()) -> bool:
+    """Polls the board until `ready(live_speculators)` with none of the replicas in `restarted`
+    (the ids live before an apply that restarts them all) still listed; False on timeout or when
+    the application turns DEPLOY_FAILED / UNHEALTHY (a candidate vLLM cannot load)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if ready(live_speculators(board)):
+        live = live_speculators(board)
+        if ready(live) and not restarted & live.keys():
             return True
         status = serve.status().applications.get(app_name)
         if status is not None and status.status in ("DEPLOY_FAILED", "UNHEALTHY"):
@@ -174,12 +177,14 @@ def run_rollout(cfg: SpecserveConfig, app_name: str, candidate: str, params: Rol
                 watch_timeout_s: float = 600.0, log: Callable[[dict], None] = print
                 ) -> RolloutResult:
     """Canary, watch, then forward or back (module docstring). Needs `ray.init` on the cluster.
+    Interrupted (KeyboardInterrupt) after the canary started, it rolls back before returning.
 
     Args:
         candidate: the candidate checkpoint folder (vLLM's layout, readable by every worker).
         decision: "auto" (`core.rollout.decide`), or "forward" / "back" once the canary is live
             (an operator's call; also how a roll-back is exercised).
-        canary_timeout_s: longest wait for the canary replica to serve (else back).
+        canary_timeout_s: longest wait for the canary replica to serve (else back), and for the
+            replicas' restart when rolling forward or back.
         watch_timeout_s: longest wait for enough live acceptance to decide (else back).
         log: called with one JSON-able event per step.
 
@@ -199,62 +204,93 @@ def run_rollout(cfg: SpecserveConfig, app_name: str, candidate: str, params: Rol
     cand_fp = speculator_fingerprint(POOL, {**spec, "model": path}, vllm.__version__)
     if cand_fp == incumbent:
         raise RolloutError(f"--candidate: the {POOL} pool already serves {cand_fp}")
-    seconds: dict[str, float] = {}
+    # what a roll-back restores: an earlier rollout's candidate, if one was rolled forward
+    _, previous = current_actor_options(app_name)
+    rollout = _Rollout(board, app_name, path, incumbent, cand_fp, previous, canary_timeout_s, log)
+    try:
+        return rollout.canary_then_decide(params, decision, watch_timeout_s)
+    except KeyboardInterrupt:  # never leave the candidate half rolled out
+        return rollout.finish("back", "interrupted (Ctrl-C / SIGTERM) during the canary", {})
 
-    def step(state: str, **extra) -> None:
-        event = {"state": state, "candidate": cand_fp, "incumbent": incumbent, **extra}
-        ray.get(board.set_rollout.remote(event))
-        log({"event": "rollout", **event})
 
-    def finish(outcome: Verdict, reason: str, detail: dict) -> RolloutResult:
+@dataclass
+class _Rollout:
+    """One rollout's state: where it applies, what it compares, how long each step took."""
+
+    board: object
+    app_name: str
+    path: str
+    incumbent: str
+    candidate: str
+    previous: str | None  # the `CANARY_ENV` value before the canary (None: none)
+    restart_timeout_s: float
+    log: Callable[[dict], None]
+    seconds: dict = field(default_factory=dict)
+
+    def step(self, state: str, **extra) -> None:
+        """Records a step on the board (metrics, /admin/speculators) and logs it."""
+        event = {"state": state, "candidate": self.candidate, "incumbent": self.incumbent,
+                 **extra}
+        ray.get(self.board.set_rollout.remote(event))
+        self.log({"event": "rollout", **event})
+
+    def finish(self, outcome: Verdict, reason: str, detail: dict) -> RolloutResult:
+        """Rolls forward (the candidate on every replica) or back (the override as it was
+        before the canary) and waits for the speculative pool's replicas to serve it."""
         t0 = time.monotonic()
+        before = set(live_speculators(self.board))  # a changed override restarts every replica
         if outcome == "forward":
-            apply(app_name, canary_env(path, None))
-            ok = wait_replicas(board, app_name, lambda r: bool(r) and all(
-                x["speculator"] == cand_fp for x in r.values()), canary_timeout_s)
+            apply(self.app_name, canary_env(self.path, None))
+            done = lambda r: bool(r) and all(  # noqa: E731
+                x["speculator"] == self.candidate for x in r.values())
         else:
-            apply(app_name, None)
-            ok = wait_replicas(board, app_name, lambda r: bool(r) and all(
-                x["speculator"] != cand_fp for x in r.values()), canary_timeout_s)
-        seconds[outcome] = time.monotonic() - t0
-        step(outcome, reason=reason, detail=detail, replicas_updated=ok)
-        return RolloutResult(outcome, reason, incumbent, cand_fp, detail, seconds)
+            apply(self.app_name, self.previous)
+            done = lambda r: bool(r) and all(  # noqa: E731
+                x["speculator"] != self.candidate for x in r.values())
+        ok = wait_replicas(self.board, self.app_name, done, self.restart_timeout_s, before)
+        self.seconds[outcome] = time.monotonic() - t0
+        self.step(outcome, reason=reason, detail=detail, replicas_updated=ok)
+        return RolloutResult(outcome, reason, self.incumbent, self.candidate, detail,
+                             self.seconds)
 
-    t0 = time.monotonic()
-    step("canary", reason="starting")
-    apply(app_name, canary_env(path, 1))
-    up = wait_replicas(board, app_name,
-                       lambda r: any(x["speculator"] == cand_fp for x in r.values()),
-                       canary_timeout_s)
-    seconds["canary"] = time.monotonic() - t0
-    if not up:
-        return finish("back", f"the canary replica did not serve within {canary_timeout_s:.0f} s"
-                      " (see the Serve controller log: vLLM could not load it?)", {})
-    unchecked = [rid for rid, r in live_speculators(board).items()
-                 if r["speculator"] == cand_fp and not r["lossless_sampling"]]
-    if unchecked:
-        return finish("back", f"the canary replica(s) {unchecked} failed the sampling check", {})
-    step("canary", reason="serving")
-    if decision in ("forward", "back"):
-        return finish(decision, f"decided by the operator ({decision})", {})
-    t0 = time.monotonic()
-    deadline = t0 + watch_timeout_s
-    verdict, detail = "wait", {}
-    while time.monotonic() < deadline:
-        state = ray.get(board.router_state.remote("", None))
-        tallies = merge_counts(state.speculators)
-        verdict, detail = decide(tallies.get(incumbent, {}), tallies.get(cand_fp, {}), params)
-        if verdict != "wait":
-            break
-        time.sleep(POLL_S)
-    seconds["watch"] = time.monotonic() - t0
-    if verdict == "wait":
-        return finish("back", f"no task reached {params.min_steps} verification steps on both "
-                      f"speculators within {watch_timeout_s:.0f} s", detail)
-    ratio = detail["ratio"]
-    reason = (f"regressed on {', '.join(detail['regressed'])}" if detail["regressed"] else
-              f"live mean acceptance length {ratio:.3f}x the incumbent's")
-    return finish(verdict, reason, detail)
+    def canary_then_decide(self, params: RolloutParams, decision: str,
+                           watch_timeout_s: float) -> RolloutResult:
+        """The canary and watch steps, ending in `finish(verdict, ...)`."""
+        t0 = time.monotonic()
+        self.step("canary", reason="starting")
+        apply(self.app_name, canary_env(self.path, 1))
+        up = wait_replicas(self.board, self.app_name, lambda r: any(
+            x["speculator"] == self.candidate for x in r.values()), self.restart_timeout_s)
+        self.seconds["canary"] = time.monotonic() - t0
+        if not up:
+            return self.finish("back", "the canary replica did not serve within "
+                               f"{self.restart_timeout_s:.0f} s (see the Serve controller log: "
+                               "vLLM could not load it?)", {})
+        unchecked = [rid for rid, r in live_speculators(self.board).items()
+                     if r["speculator"] == self.candidate and not r["lossless_sampling"]]
+        if unchecked:
+            return self.finish("back", f"the canary replica(s) {unchecked} failed the sampling "
+                               "check", {})
+        self.step("canary", reason="serving")
+        if decision in ("forward", "back"):
+            return self.finish(decision, f"decided by the operator ({decision})", {})
+        t0 = time.monotonic()
+        verdict, detail = "wait", {}
+        while time.monotonic() < t0 + watch_timeout_s:
+            state = ray.get(self.board.router_state.remote("", None))
+            tallies = merge_counts(state.speculators)
+            verdict, detail = decide(tallies.get(self.incumbent, {}),
+                                     tallies.get(self.candidate, {}), params)
+            if verdict != "wait":
+                break
+            time.sleep(POLL_S)
+        self.seconds["watch"] = time.monotonic() - t0
+        if verdict == "wait":
+            return self.finish("back", f"no task reached {params.min_steps} verification steps "
+                               f"on both speculators within {watch_timeout_s:.0f} s", detail)
+        reason = (f"regressed on {', '.join(detail['regressed'])}" if detail["regressed"] else
+                  f"live mean acceptance length {detail['ratio']:.3f}x the incumbent's")
+        return self.finish(verdict, reason, detail)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -287,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_candidate(cfg, args.candidate)
         try:
-            ray.init(address=args.address, logging_level="ERROR")
+            ray.init(address=args.address, logging_level="ERROR", log_to_driver=False)
         except ConnectionError as e:
             raise RolloutError(f"--address {args.address}: {e}") from None
         result = run_rollout(cfg, args.app, args.candidate,

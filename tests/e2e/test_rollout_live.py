@@ -111,8 +111,11 @@ class Streams:
         with httpx.Client(base_url=self._base, timeout=300) as c:
             k = 0
             while not self._stop.is_set():
+                # two of three streams ask for the speculative pool: on the tiny target the
+                # router sends much of auto's code to vanilla, and the canary needs traffic
                 body = {"model": MODEL, "prompt": PROMPTS[(i + k) % len(PROMPTS)], "stream": True,
-                        "max_tokens": 48, "temperature": 0}
+                        "max_tokens": 48, "temperature": 0,
+                        "route": "auto" if i % 3 == 2 else "speculative"}
                 k += 1
                 try:
                     with c.stream("POST", "/v1/completions", json=body) as r:
