@@ -222,3 +222,22 @@ def test_prompt_beyond_the_speculator_context(client, serve_config):
         ("vanilla", "beyond_speculator_context")
     forced = complete(client, "speculative", prompt=prompt, max_tokens=32)
     assert forced.json()["choices"][0]["text"] == auto.json()["choices"][0]["text"]
+
+
+def test_responses_name_their_speculator_and_the_router_tallies_it(client):
+    """`system_fingerprint` (OpenAI's backend-configuration field) names the pool and speculator
+    that served; the router's live acceptance per speculator (what a rollout compares) counts it."""
+    import vllm
+
+    prints = {route: complete(client, route, prompt=CODE, max_tokens=32).json()[
+        "system_fingerprint"] for route in ROUTES}
+    assert prints == {"vanilla": f"specserve-vanilla-target-vllm-{vllm.__version__}",
+                      "speculative": f"specserve-speculative-draft-vllm-{vllm.__version__}"}
+    body = {"model": MODEL, "prompt": CODE, "max_tokens": 16, "temperature": 0,
+            "route": "speculative", "stream_options": {"include_usage": True}}
+    _, chunks = stream_text(client, "/v1/completions", body)
+    assert chunks[-1]["system_fingerprint"] == prints["speculative"]  # the usage chunk
+    tallied = until(lambda: client.get("/admin/speculators").json()["speculators"].get(
+        prints["speculative"], {}).get("code"), 10, 0.5)
+    assert tallied and tallied["steps"] > 0 and tallied["mean_acceptance_length"] >= 1.0, tallied
+    assert prints["vanilla"] not in client.get("/admin/speculators").json()["speculators"]
