@@ -20,6 +20,9 @@
                                          the candidate on one speculative replica (canary), then
                                          rolled forward or back on live acceptance
                                          (deployments/rollout.py)
+    specserve speculator loop --config FILE [--once]
+                                         retrain + rollout on the config's trigger: manual,
+                                         drift, schedule (cluster/speculator_loop.py)
 """
 
 from __future__ import annotations
@@ -184,9 +187,9 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("image", add_help=False, help="build the container image for one engine "
                    "(see `specserve image build --help`)")
     s = sub.add_parser("speculator", add_help=False, help="the serving speculator: retrain it "
-                       "on captured traffic, roll a candidate out as a canary (see `specserve "
-                       "speculator retrain --help`, `specserve speculator rollout --help`)")
-    s.add_argument("action", choices=["retrain", "rollout"])
+                       "on captured traffic, roll a candidate out as a canary, loop both on a "
+                       "trigger (see `specserve speculator retrain|rollout|loop --help`)")
+    s.add_argument("action", choices=["retrain", "rollout", "loop"])
     return p
 
 
@@ -208,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.action == "rollout":
                 from deployments.rollout import main as rollout_main
                 return rollout_main(rest)
+            if args.action == "loop":
+                from cluster.speculator_loop import main as loop_main
+                return loop_main(rest)
             from models.retrain import main as retrain_main
             return retrain_main(rest)
         if rest:

@@ -14,8 +14,9 @@ Example:
 from __future__ import annotations
 
 import re
+from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from core.types import Strict
 
@@ -71,3 +72,38 @@ class CaptureConfig(Strict):
         """The URI's scheme, `file` for a local path."""
         m = _SCHEME.match(self.uri)
         return m.group(1).lower() if m else "file"
+
+
+class RetrainLoopConfig(Strict):
+    """When `specserve speculator loop` runs capture -> retrain -> rollout (issue 32, part 5).
+
+    Triggers: `manual` (only `--once`), `drift` (the serving speculator's live mean acceptance
+    length on some task fell: over the last `drift_window_s`, E[τ] − 1 below `drift_ratio` x its
+    value over `baseline_window_s`; the rule of the `SpecserveAcceptanceDrift` alert,
+    cluster/observability/alerts.py, on the router's per-speculator tallies), `schedule` (every
+    `schedule_s`). A triggered loop retrains only with `min_captured_rows` in the capture store.
+    """
+
+    trigger: Literal["manual", "drift", "schedule"] = Field("manual", description="What starts "
+                                                            "a retrain: manual, drift, schedule.")
+    drift_ratio: float = Field(0.7, gt=0, lt=1, description="Drift when E[τ] − 1 over "
+                               "drift_window_s falls below this fraction of its baseline.")
+    drift_window_s: float = Field(1800.0, gt=0, description="Recent window of the drift rule "
+                                  "(seconds).")
+    baseline_window_s: float = Field(21600.0, gt=0, description="Baseline window of the drift "
+                                     "rule (seconds); longer than drift_window_s.")
+    drift_min_steps: int = Field(200, ge=1, description="Verification steps a task needs in each "
+                                 "window for the drift rule to judge it.")
+    schedule_s: float = Field(86400.0, gt=0, description="Period of the `schedule` trigger "
+                              "(seconds).")
+    min_captured_rows: int = Field(500, ge=1, description="Rows the capture store must hold "
+                                   "before a triggered retrain runs.")
+    poll_s: float = Field(60.0, gt=0, description="How often the loop reads the router's "
+                          "tallies (seconds).")
+
+    @model_validator(mode="after")
+    def _windows(self) -> "RetrainLoopConfig":
+        if self.baseline_window_s <= self.drift_window_s:
+            raise ValueError("baseline_window_s: must be longer than drift_window_s "
+                             f"({self.baseline_window_s:g} <= {self.drift_window_s:g})")
+        return self

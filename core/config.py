@@ -60,7 +60,7 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from core.autoscaling_config import AutoscalingConfig, serve_autoscaling_policy
-from core.capture_config import CaptureConfig
+from core.capture_config import CaptureConfig, RetrainLoopConfig
 from core.kube_config import KubeConfig, project_image
 from core.pool_config import PoolConfig, SpeculativePoolConfig, check_node_labels
 from core.specdecode import MIN_SPEEDUP
@@ -202,6 +202,10 @@ class SpecserveConfig(Strict):
     capture: CaptureConfig = Field(default_factory=CaptureConfig, description="Opt-in recording "
                                    "of served requests for `specserve speculator retrain` "
                                    "(core/capture_config.py).")
+    retrain_loop: RetrainLoopConfig = Field(
+        default_factory=RetrainLoopConfig, description="When `specserve speculator loop` retrains "
+        "the speculator on captured traffic and rolls it out: manual, on drift, on schedule "
+        "(core/capture_config.py).")
     kubernetes: KubeConfig = Field(default_factory=KubeConfig, description="RayService and RayJob "
                                    "rendering (cluster/kube/render.py); unused by `specserve serve`.")
 

@@ -188,3 +188,56 @@ def decide(incumbent: Mapping[str, Tally], candidate: Mapping[str, Tally],
     if regressed or ratio < params.min_ratio:
         return "back", detail
     return "forward", detail
+
+
+def window_tallies(history: Sequence[tuple[float, Mapping[str, Tally]]], now: float,
+                   window_s: float) -> dict[str, Tally]:
+    """Per-task counts accumulated over the last `window_s` from snapshots of cumulative tallies.
+
+    Args:
+        history: (time s, {task: Tally}) of one speculator, oldest first, cumulative.
+        now: the time of the newest snapshot to count to.
+        window_s: seconds back from `now`; the window starts at the newest snapshot at or before
+            `now - window_s` (none: the oldest one, so a short history gives a shorter window).
+
+    Returns:
+        {task: Tally} of the differences; a task whose counts went down (a router replica
+        restarted and its counts left the sum) is left out.
+    """
+    if not history:
+        return {}
+    end = history[-1][1]
+    start = history[0][1]
+    for t, tallies in history:
+        if t <= now - window_s:
+            start = tallies
+    out = {}
+    for task, last in end.items():
+        first = start.get(task, Tally())
+        d = Tally(last.requests - first.requests, last.steps - first.steps,
+                  last.accepted - first.accepted)
+        if d.steps >= 0 and d.accepted >= 0 and d.requests >= 0:
+            out[task] = d
+    return out
+
+
+def drifted_tasks(history: Sequence[tuple[float, Mapping[str, Tally]]], now: float,
+                  window_s: float, baseline_s: float, ratio: float, min_steps: int
+                  ) -> dict[str, tuple[float, float]]:
+    """Tasks whose live acceptance fell: E[τ] − 1 over `window_s` below `ratio` x E[τ] − 1 over
+    `baseline_s` (the `SpecserveAcceptanceDrift` alert's rule, cluster/observability/alerts.py),
+    each window holding at least `min_steps` verification steps.
+
+    Returns:
+        {task: (mean acceptance length over window_s, over baseline_s)}.
+    """
+    recent = window_tallies(history, now, window_s)
+    baseline = window_tallies(history, now, baseline_s)
+    out = {}
+    for task, r in recent.items():
+        b = baseline.get(task)
+        if b is None or r.steps < min_steps or b.steps < min_steps:
+            continue
+        if r.mean_acceptance_length - 1 < ratio * (b.mean_acceptance_length - 1):
+            out[task] = (r.mean_acceptance_length, b.mean_acceptance_length)
+    return out

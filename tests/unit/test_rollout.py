@@ -80,3 +80,57 @@ def test_override_touches_only_the_speculative_deployment():
     assert options["runtime_env"]["env_vars"] == {"LD_PRELOAD": "x"}  # not mutated
     back = with_canary(canary, options, None)
     assert back["deployments"] == [{"name": "vanilla", "num_replicas": 2}]
+
+
+def test_drift_compares_the_recent_window_with_the_baseline():
+    from core.rollout import drifted_tasks, window_tallies
+
+    def snap(steps, accepted):
+        return {"code": Tally(requests=steps // 10, steps=steps, accepted=accepted)}
+    # 0-3000 s: 3 accepted per step (E[τ] 4); then 1 per step (E[τ] 2)
+    history = [(t, snap(100 * i, 300 * i)) for i, t in enumerate(range(0, 3001, 300))]
+    base = history[-1][1]["code"]
+    history += [(3000 + 300 * i, snap(base.steps + 100 * i, base.accepted + 100 * i))
+                for i in range(1, 7)]
+    now = history[-1][0]  # 4800 s
+    recent = window_tallies(history, now, 1800)["code"]
+    assert (recent.steps, recent.mean_acceptance_length) == (600, 2.0)
+    drift = drifted_tasks(history, now, 1800, 21600, 0.7, 200)
+    assert drift["code"][0] == 2.0 and 2.0 < drift["code"][1] < 4.0
+    assert drifted_tasks(history[:11], 3000, 1800, 21600, 0.7, 200) == {}  # steady
+    assert drifted_tasks(history, now, 1800, 21600, 0.7, 10_000) == {}  # too few steps
+    # a router restart (counts went down) is left out, not read as a drift
+    restarted = history + [(now + 300, snap(50, 10))]
+    assert "code" not in window_tallies(restarted, now + 300, 1800)
+
+
+def test_the_loop_runs_on_its_trigger_only():
+    from core.capture_config import RetrainLoopConfig
+    from cluster.speculator_loop import trigger_reason
+
+    loop = RetrainLoopConfig(trigger="drift", drift_window_s=600, baseline_window_s=3600,
+                             drift_min_steps=50, schedule_s=1000)
+    steady = [(t, {"code": Tally(t, 10 * t, 30 * t)}) for t in range(0, 3001, 100)]
+    assert trigger_reason("drift", steady, 3000, 0, loop) is None
+    fell = steady + [(3000 + t, {"code": Tally(3000 + t, 30000 + 10 * t, 90000 + 5 * t)})
+                     for t in range(100, 701, 100)]
+    assert trigger_reason("drift", fell, 3700, 0, loop).startswith("drift: code")
+    assert trigger_reason("manual", fell, 3700, 0, loop) is None
+    assert trigger_reason("schedule", [], 999, 0, loop) is None
+    assert trigger_reason("schedule", [], 1000, 0, loop).startswith("schedule")
+    with pytest.raises(ValueError, match="baseline_window_s"):
+        RetrainLoopConfig(drift_window_s=600, baseline_window_s=600)
+
+
+def test_the_loop_retrains_the_head_the_pool_serves(monkeypatch):
+    import cluster.speculator_loop as loop
+    from core import DEFAULT_CONFIG_PATH, SpecserveConfig
+
+    data = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH).model_dump(mode="json")
+    data["speculative"]["speculator"] = {"method": "eagle3", "model": "/m/eagle3",
+                                         "num_speculative_tokens": 4}
+    cfg = SpecserveConfig.from_dict(data)
+    for override, served in ((None, "/m/eagle3"), (canary_env("/m/eagle3-v1", None), "/m/eagle3-v1"),
+                             (canary_env("/m/eagle3-v2", 1), "/m/eagle3")):  # a canary: not yet
+        monkeypatch.setattr(loop, "current_actor_options", lambda app, o=override: ({}, o))
+        assert loop.serving_config(cfg, "app").speculative.speculator.model == served
