@@ -89,7 +89,8 @@ def run_once(cfg: SpecserveConfig, app_name: str, reason: str, rollout: RolloutP
     if not report["promoted"]:
         log({"event": "loop", "step": "refused", "why": report["gate"]["why_not"]})
         return "refused"
-    log({"event": "loop", "step": "rollout", "candidate": report["path"]})
+    log({"event": "loop", "step": "rollout", "candidate": report["path"], "gate": report["gate"],
+         "retrain_wall_s": report["wall_s"]})
     result = run_rollout(serving, app_name, report["path"], rollout, log=log)
     return result.outcome
 
