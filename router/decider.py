@@ -156,13 +156,6 @@ class PressureTracker:
         return {pool: PoolLoad(p.replicas, p.in_flight, lossless_sampling=p.lossless_sampling)
                 for pool, p in self.pool_stats().items()}
 
-    def speculator_tallies(self) -> dict[str, dict[str, Tally]]:
-        """Live acceptance per speculator fingerprint and task over every ingress replica (as of
-        the last board read, ≤ `PUSH_PERIOD_S` old), or this replica's own without a board."""
-        if self.shared_speculators is None:
-            return merge_counts([self.speculators.counts()])
-        return merge_counts(self.shared_speculators)
-
     async def run(self, on_snapshot: Callable[[dict[str, PoolStats]], None] | None = None) -> None:
         """Push local counts and pull the board's snapshot forever (cancel to stop).
 
