@@ -15,12 +15,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
+import vllm
 
 from ray import serve
 from ray.serve.llm import LLMConfig, build_llm_deployment
 from ray.serve.llm.deployment import LLMServer
 from ray.serve.llm.openai_api_models import CompletionRequest
-import vllm
 from vllm.v1.metrics.reader import get_metrics_snapshot
 
 from core import (PUSH_PERIOD_S, CaptureConfig, EngineStats, ModelConfig, PoolConfig,

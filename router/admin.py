@@ -1,7 +1,7 @@
 """The ingress's /admin/* endpoints: the runtime pin (`GET`/`PUT /admin/policy`), the profiled
 speedup model (`GET /admin/speedup`), what the autoscaling policy decides from
-(`GET /admin/autoscaling`) and the speculators' live acceptance (`GET /admin/speculators`). Only admin keys reach them when `server.admin_api_keys_env` is set
-(router/auth.py).
+(`GET /admin/autoscaling`) and the speculators' live acceptance (`GET /admin/speculators`). Only
+admin keys reach them when `server.admin_api_keys_env` is set (router/auth.py).
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ def test_fingerprint_names_pool_and_checkpoint():
                                    "0.32.0") == "specserve-speculative-eagle3-v1-vllm-0.32.0")
     assert speculator_fingerprint("speculative", {"method": "ngram"}, "0.32.0").endswith(
         "-ngram-vllm-0.32.0")
-    assert speculator_fingerprint("vanilla", None, "0.32.0") == "specserve-vanilla-target-vllm-0.32.0"
+    assert (speculator_fingerprint("vanilla", None, "0.32.0")
+            == "specserve-vanilla-target-vllm-0.32.0")
 
 
 def test_tallies_follow_vllm_mean_acceptance_length_and_merge_replicas():
@@ -35,7 +36,8 @@ def test_tallies_keep_a_bounded_number_of_speculators():
     for i in range(MAX_FINGERPRINTS + 3):
         t.observe(f"fp{i}", "code", [1, 1])
     kept = t.counts()
-    assert len(kept) == MAX_FINGERPRINTS and "fp0" not in kept and f"fp{MAX_FINGERPRINTS + 2}" in kept
+    assert len(kept) == MAX_FINGERPRINTS and "fp0" not in kept
+    assert f"fp{MAX_FINGERPRINTS + 2}" in kept
 
 
 def _t(steps, mean_len):
@@ -130,7 +132,8 @@ def test_the_loop_retrains_the_head_the_pool_serves(monkeypatch):
     data["speculative"]["speculator"] = {"method": "eagle3", "model": "/m/eagle3",
                                          "num_speculative_tokens": 4}
     cfg = SpecserveConfig.from_dict(data)
-    for override, served in ((None, "/m/eagle3"), (canary_env("/m/eagle3-v1", None), "/m/eagle3-v1"),
+    for override, served in ((None, "/m/eagle3"),
+                             (canary_env("/m/eagle3-v1", None), "/m/eagle3-v1"),
                              (canary_env("/m/eagle3-v2", 1), "/m/eagle3")):  # a canary: not yet
         monkeypatch.setattr(loop, "current_actor_options", lambda app, o=override: ({}, o))
         assert loop.serving_config(cfg, "app").speculative.speculator.model == served
