@@ -25,8 +25,8 @@ import ray
 from core import ConfigError, SpecserveConfig, load_config
 from core.capture_store import CaptureStore
 from core.rollout import RolloutParams, Tally, drifted_tasks, merge_counts, parse_canary
-from deployments.rollout import (RolloutError, current_actor_options, live_speculators,
-                                 run_rollout)
+from deployments.rollout import (RolloutError, add_cluster_arguments, connect,
+                                 current_actor_options, live_speculators, run_rollout)
 from router.board import get_board
 
 
@@ -127,8 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         "\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--config", required=True, help="the config the application serves (its "
                    "capture: and retrain_loop: blocks)")
-    p.add_argument("--app", default="specserve", help="Serve application name")
-    p.add_argument("--address", default="auto", help="Ray cluster address")
+    add_cluster_arguments(p)
     p.add_argument("--once", action="store_true", help="run the loop once now, whatever the "
                    "trigger")
     p.add_argument("--min-steps", type=int, default=RolloutParams.min_steps,
@@ -148,11 +147,7 @@ def main(argv: list[str] | None = None) -> int:
               "set it to drift or schedule", file=sys.stderr)
         return 2
     try:
-        ray.init(address=args.address, logging_level="ERROR", log_to_driver=False)
-    except ConnectionError as e:
-        print(f"specserve speculator loop: --address {args.address}: {e}", file=sys.stderr)
-        return 2
-    try:
+        connect(args.address)
         outcome = run_loop(cfg, args.app, args.once, RolloutParams(min_steps=args.min_steps),
                            lambda e: print(json.dumps(e), flush=True))
     except RolloutError as e:

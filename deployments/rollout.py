@@ -293,6 +293,24 @@ class _Rollout:
         return self.finish(verdict, reason, detail)
 
 
+def add_cluster_arguments(p) -> None:
+    """`--app` and `--address`, as every command driving a running application takes them."""
+    p.add_argument("--app", default="specserve", help="Serve application name")
+    p.add_argument("--address", default="auto", help="Ray cluster address")
+
+
+def connect(address: str) -> None:
+    """A quiet Ray driver on the cluster at `address`.
+
+    Raises:
+        RolloutError: no Ray cluster there (names `--address`).
+    """
+    try:
+        ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    except ConnectionError as e:
+        raise RolloutError(f"--address {address}: {e}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     """`specserve speculator rollout`; exit 0 rolled forward, 1 rolled back, 2 bad input."""
     import argparse
@@ -305,8 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", required=True, help="the config the application serves")
     p.add_argument("--candidate", required=True, help="candidate checkpoint folder, e.g. the "
                    "eagle3-v1 that `specserve speculator retrain` wrote")
-    p.add_argument("--app", default="specserve", help="Serve application name")
-    p.add_argument("--address", default="auto", help="Ray cluster address")
+    add_cluster_arguments(p)
     p.add_argument("--decide", choices=["auto", "forward", "back"], default="auto",
                    help="auto: on live acceptance; forward/back: once the canary serves")
     p.add_argument("--min-steps", type=int, default=RolloutParams.min_steps)
@@ -322,10 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         check_candidate(cfg, args.candidate)
-        try:
-            ray.init(address=args.address, logging_level="ERROR", log_to_driver=False)
-        except ConnectionError as e:
-            raise RolloutError(f"--address {args.address}: {e}") from None
+        connect(args.address)
         result = run_rollout(cfg, args.app, args.candidate,
                              RolloutParams(args.min_steps, args.max_regression, args.min_ratio),
                              args.decide, args.canary_timeout_s, args.watch_timeout_s,
