@@ -18,13 +18,15 @@ import json
 import sys
 import time
 from collections import Counter
-from typing import Callable
+from pathlib import Path
+from typing import Callable, Mapping
 
 import ray
 
-from core import ConfigError, SpecserveConfig, load_config
+from core import ConfigError, SpecserveConfig, load_config, resolve_path
 from core.capture_store import CaptureStore
-from core.rollout import RolloutParams, Tally, drifted_tasks, merge_counts, parse_canary
+from core.rollout import (RolloutParams, Tally, drifted_tasks, merge_counts, parse_canary,
+                          snapshot_at)
 from deployments.rollout import (RolloutError, add_cluster_arguments, connect,
                                  current_actor_options, live_speculators, run_rollout)
 from router.board import get_board
@@ -67,13 +69,25 @@ def trigger_reason(trigger: str, history: list[tuple[float, dict[str, Tally]]], 
 
 
 def run_once(cfg: SpecserveConfig, app_name: str, reason: str, rollout: RolloutParams,
-             log: Callable[[dict], None]) -> str:
+             log: Callable[[dict], None], params=None, out_root: Path | None = None,
+             incumbent_since: Mapping[str, Tally] | None = None) -> str:
     """One retrain and, when promoted, one rollout. Returns "skipped" (too few rows), "refused"
-    (the gate), "forward" or "back"."""
+    (the gate), "forward" or "back".
+
+    Args:
+        params: the retrain's `models.retrain.RetrainParams` (default: its defaults with
+            `retrain_loop.retrain_steps`).
+        out_root: where the candidate goes (default: `retrain_loop.heads_dir`, else beside the
+            serving head).
+        incumbent_since: passed to `run_rollout` (the window the incumbent is judged on).
+    """
     from models.retrain import RetrainError, RetrainParams, retrain
 
-    rows = CaptureStore(cfg.capture).usage().rows
     loop = cfg.retrain_loop
+    params = params or RetrainParams(steps=loop.retrain_steps)
+    if out_root is None and loop.heads_dir is not None:
+        out_root = Path(resolve_path(loop.heads_dir))
+    rows = CaptureStore(cfg.capture).usage().rows
     if rows < loop.min_captured_rows:
         log({"event": "loop", "step": "skipped", "reason": reason, "captured_rows": rows,
              "min_captured_rows": loop.min_captured_rows})
@@ -82,7 +96,7 @@ def run_once(cfg: SpecserveConfig, app_name: str, reason: str, rollout: RolloutP
     log({"event": "loop", "step": "retrain", "reason": reason, "captured_rows": rows,
          "serving": serving.speculative.speculator.model})
     try:
-        report = retrain(serving, RetrainParams())
+        report = retrain(serving, params, out_root)
     except RetrainError as e:
         log({"event": "loop", "step": "refused", "why": str(e)})
         return "refused"
@@ -91,13 +105,17 @@ def run_once(cfg: SpecserveConfig, app_name: str, reason: str, rollout: RolloutP
         return "refused"
     log({"event": "loop", "step": "rollout", "candidate": report["path"], "gate": report["gate"],
          "retrain_wall_s": report["wall_s"]})
-    result = run_rollout(serving, app_name, report["path"], rollout, log=log)
+    result = run_rollout(serving, app_name, report["path"], rollout, log=log,
+                         incumbent_since=incumbent_since)
     return result.outcome
 
 
 def run_loop(cfg: SpecserveConfig, app_name: str, once: bool, rollout: RolloutParams,
-             log: Callable[[dict], None] = print, clock=time.monotonic) -> str | None:
-    """Polls until stopped (or one run with `once`); returns the last run's outcome with `once`."""
+             log: Callable[[dict], None] = print, clock=time.monotonic, params=None,
+             out_root: Path | None = None) -> str | None:
+    """Polls until stopped (or one run with `once`); returns the last run's outcome with `once`.
+    A drift-triggered rollout judges the incumbent on the drift window only (its tallies from
+    before the drift would flatter it); `params`, `out_root`: `run_once`'s."""
     loop = cfg.retrain_loop
     board = get_board(app_name)
     history: list[tuple[float, dict[str, Tally]]] = []
@@ -113,7 +131,9 @@ def run_loop(cfg: SpecserveConfig, app_name: str, once: bool, rollout: RolloutPa
         history = [h for h in history if h[0] >= now - loop.baseline_window_s - loop.poll_s]
         reason = "--once" if once else trigger_reason(loop.trigger, history, now, last_run, loop)
         if reason:
-            outcome = run_once(cfg, app_name, reason, rollout, log)
+            since = (snapshot_at(history, now - loop.drift_window_s)
+                     if reason.startswith("drift") else None)
+            outcome = run_once(cfg, app_name, reason, rollout, log, params, out_root, since)
             last_run = clock()
             if once:
                 return outcome

@@ -100,6 +100,12 @@ class RetrainLoopConfig(Strict):
                                    "before a triggered retrain runs.")
     poll_s: float = Field(60.0, gt=0, description="How often the loop reads the router's "
                           "tallies (seconds).")
+    retrain_steps: int = Field(200, ge=1, description="Training steps of each retrain "
+                               "(`specserve speculator retrain --steps`).")
+    heads_dir: str | None = Field(None, min_length=1, description="Folder the versioned "
+                                  "candidate heads are written to (`~`, `$VAR`, `${models}` "
+                                  "expand); default: beside the serving head. On a cluster a "
+                                  "path every speculative replica reads.")
 
     @model_validator(mode="after")
     def _windows(self) -> "RetrainLoopConfig":

@@ -190,27 +190,20 @@ def decide(incumbent: Mapping[str, Tally], candidate: Mapping[str, Tally],
     return "forward", detail
 
 
-def window_tallies(history: Sequence[tuple[float, Mapping[str, Tally]]], now: float,
-                   window_s: float) -> dict[str, Tally]:
-    """Per-task counts accumulated over the last `window_s` from snapshots of cumulative tallies.
-
-    Args:
-        history: (time s, {task: Tally}) of one speculator, oldest first, cumulative.
-        now: the time of the newest snapshot to count to.
-        window_s: seconds back from `now`; the window starts at the newest snapshot at or before
-            `now - window_s` (none: the oldest one, so a short history gives a shorter window).
-
-    Returns:
-        {task: Tally} of the differences; a task whose counts went down (a router replica
-        restarted and its counts left the sum) is left out.
-    """
-    if not history:
-        return {}
-    end = history[-1][1]
-    start = history[0][1]
-    for t, tallies in history:
-        if t <= now - window_s:
+def snapshot_at(history: Sequence[tuple[float, Mapping[str, Tally]]], t: float
+                ) -> Mapping[str, Tally]:
+    """The newest snapshot of `history` ((time s, {task: Tally}), oldest first) taken at or
+    before `t`; the oldest one when none is (so a short history gives a shorter window)."""
+    start = history[0][1] if history else {}
+    for when, tallies in history:
+        if when <= t:
             start = tallies
+    return start
+
+
+def tally_since(end: Mapping[str, Tally], start: Mapping[str, Tally]) -> dict[str, Tally]:
+    """Per-task counts accumulated from the cumulative tallies `start` to `end`; a task whose
+    counts went down (a router replica restarted and its counts left the sum) is left out."""
     out = {}
     for task, last in end.items():
         first = start.get(task, Tally())
@@ -219,6 +212,23 @@ def window_tallies(history: Sequence[tuple[float, Mapping[str, Tally]]], now: fl
         if d.steps >= 0 and d.accepted >= 0 and d.requests >= 0:
             out[task] = d
     return out
+
+
+def window_tallies(history: Sequence[tuple[float, Mapping[str, Tally]]], now: float,
+                   window_s: float) -> dict[str, Tally]:
+    """Per-task counts accumulated over the last `window_s` from snapshots of cumulative tallies.
+
+    Args:
+        history: (time s, {task: Tally}) of one speculator, oldest first, cumulative.
+        now: the time of the newest snapshot to count to.
+        window_s: seconds back from `now`; the window starts at `snapshot_at(now - window_s)`.
+
+    Returns:
+        {task: Tally} of the differences (`tally_since`).
+    """
+    if not history:
+        return {}
+    return tally_since(history[-1][1], snapshot_at(history, now - window_s))
 
 
 def drifted_tasks(history: Sequence[tuple[float, Mapping[str, Tally]]], now: float,

@@ -33,7 +33,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 import ray
 from ray import serve
@@ -41,8 +41,8 @@ from ray.serve.schema import ServeDeploySchema
 
 from core import SpecserveConfig, resolve_path
 from core.ray_private import get_global_client
-from core.rollout import (CANARY_ENV, RolloutParams, Verdict, canary_env, decide, merge_counts,
-                          speculator_fingerprint)
+from core.rollout import (CANARY_ENV, RolloutParams, Tally, Verdict, canary_env, decide,
+                          merge_counts, speculator_fingerprint, tally_since)
 from router.board import get_board
 
 POOL = "speculative"
@@ -174,8 +174,8 @@ def check_candidate(cfg: SpecserveConfig, candidate: str) -> tuple[str, dict]:
 
 def run_rollout(cfg: SpecserveConfig, app_name: str, candidate: str, params: RolloutParams,
                 decision: str = "auto", canary_timeout_s: float = 900.0,
-                watch_timeout_s: float = 600.0, log: Callable[[dict], None] = print
-                ) -> RolloutResult:
+                watch_timeout_s: float = 600.0, log: Callable[[dict], None] = print,
+                incumbent_since: Mapping[str, Tally] | None = None) -> RolloutResult:
     """Canary, watch, then forward or back (module docstring). Needs `ray.init` on the cluster.
     Interrupted (KeyboardInterrupt) after the canary started, it rolls back before returning.
 
@@ -187,6 +187,9 @@ def run_rollout(cfg: SpecserveConfig, app_name: str, candidate: str, params: Rol
             replicas' restart when rolling forward or back.
         watch_timeout_s: longest wait for enough live acceptance to decide (else back).
         log: called with one JSON-able event per step.
+        incumbent_since: the incumbent's cumulative tallies per task at the start of the window
+            its evidence is counted over (the loop passes the drift window's start, so traffic
+            from before the drift does not count); None: since the router replicas started.
 
     Raises:
         RolloutError: the candidate is not a checkpoint folder, the application cannot be updated
@@ -206,7 +209,8 @@ def run_rollout(cfg: SpecserveConfig, app_name: str, candidate: str, params: Rol
         raise RolloutError(f"--candidate: the {POOL} pool already serves {cand_fp}")
     # what a roll-back restores: an earlier rollout's candidate, if one was rolled forward
     _, previous = current_actor_options(app_name)
-    rollout = _Rollout(board, app_name, path, incumbent, cand_fp, previous, canary_timeout_s, log)
+    rollout = _Rollout(board, app_name, path, incumbent, cand_fp, previous, canary_timeout_s, log,
+                       incumbent_since)
     try:
         return rollout.canary_then_decide(params, decision, watch_timeout_s)
     except KeyboardInterrupt:  # never leave the candidate half rolled out
@@ -225,6 +229,7 @@ class _Rollout:
     previous: str | None  # the `CANARY_ENV` value before the canary (None: none)
     restart_timeout_s: float
     log: Callable[[dict], None]
+    incumbent_since: Mapping[str, Tally] | None = None
     seconds: dict = field(default_factory=dict)
 
     def step(self, state: str, **extra) -> None:
@@ -279,8 +284,10 @@ class _Rollout:
         while time.monotonic() < t0 + watch_timeout_s:
             state = ray.get(self.board.router_state.remote("", None))
             tallies = merge_counts(state.speculators)
-            verdict, detail = decide(tallies.get(self.incumbent, {}),
-                                     tallies.get(self.candidate, {}), params)
+            incumbent = tallies.get(self.incumbent, {})
+            if self.incumbent_since is not None:
+                incumbent = tally_since(incumbent, self.incumbent_since)
+            verdict, detail = decide(incumbent, tallies.get(self.candidate, {}), params)
             if verdict != "wait":
                 break
             time.sleep(POLL_S)
