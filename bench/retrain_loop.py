@@ -13,11 +13,16 @@ engines; one speculative replica, the vanilla pool at 0, capture on) with vLLM's
    written / dropped.
 3. **retrain**: `specserve speculator retrain` on the store (a subprocess, as `ray job submit`
    would run it), gated by vLLM's acceptance (models/retrain.py).
-4. **after**: the application is redeployed with the candidate as its speculator (`serve.run` of
-   the same application: Serve's in-place update), then the cells of step 1 again, same prompts.
+4. **after**: the candidate rolled out as users roll it out (`specserve speculator rollout`'s
+   `run_rollout`: canary, then forward, forced: the benchmark sends no traffic to watch), then the
+   cells of step 1 again, same prompts.
+5. **again**: the lab head rolled out the same way (its replica restarted as the candidate's was),
+   then the cells once more: after / again is the head's effect with the restart on both sides,
+   again / before what a replica restart alone does.
 
+The application is deployed declaratively (deployments.deploy.run_app, as `specserve serve` does).
 Prints and writes `DIR/results.json` and `DIR/report.md`: each figure's median and min-max over the
-rounds and the after / before ratios (median, and the range from the worst to the best pairing).
+rounds and the ratios (median, and the range from the worst to the best pairing).
 
     python -m bench.retrain_loop [--repeats 3] [--measure-requests 12] [--capture-requests 400]
         [--capture-concurrency 32] [--max-tokens 64] [--steps 200] [--out DIR]
@@ -45,7 +50,9 @@ from bench.workload import Job, load_prompts
 from core import SpecserveConfig, resolve_path
 
 CONFIG = Path(__file__).resolve().parent.parent / "cluster" / "examples" / "eagle3.yaml"
-PHASES = ("before", "after")
+PHASES = ("before", "after", "again")
+RATIOS = (("after", "before"), ("after", "again"), ("again", "before"))
+APP = "specserve"
 
 
 def app_config(base: Path, capture_uri: str, port: int, speculator_model: str | None = None
@@ -92,23 +99,30 @@ async def measure(url: str, model: str, workloads: dict[str, list[Job]], tokeniz
     return out
 
 
-def deploy_and_measure(cfg: SpecserveConfig, url: str, workloads: dict[str, list[Job]],
-                       tokenizer, repeats: int) -> tuple[float, list[dict]]:
-    """Deploys `cfg` as application "specserve" (`serve.run`: on a running one, Serve's in-place
-    update), waits for /health, sends one warm-up round (discarded), then `repeats` rounds of
-    `measure`; returns (seconds until ready, the rounds)."""
-    from ray import serve
-
-    from deployments.app import build_app_from_config
-
-    t0 = time.perf_counter()
-    serve.run(build_app_from_config(cfg), name="specserve", route_prefix="/")
-    wait_ready(url)
-    ready_s = round(time.perf_counter() - t0, 1)
-    model = cfg.model.served_model_name
+def measure_rounds(url: str, model: str, workloads: dict[str, list[Job]], tokenizer,
+                   repeats: int) -> list[dict]:
+    """One warm-up round (discarded), then `repeats` rounds of `measure`."""
     asyncio.run(measure(url, model, workloads, tokenizer))
-    return ready_s, [asyncio.run(measure(url, model, workloads, tokenizer))
-                     for _ in range(repeats)]
+    return [asyncio.run(measure(url, model, workloads, tokenizer)) for _ in range(repeats)]
+
+
+def roll_out(cfg: SpecserveConfig, head: str, url: str) -> dict:
+    """`head` onto the speculative pool through `run_rollout` (canary, then forward, forced);
+    returns its seconds per step once /health is ok again.
+
+    Raises:
+        RuntimeError: the rollout did not end forward with every replica on `head`.
+    """
+    from core.rollout import RolloutParams
+    from deployments.rollout import run_rollout
+
+    events: list[dict] = []
+    result = run_rollout(cfg, APP, head, RolloutParams(), decision="forward",
+                         log=lambda e: (events.append(e), print(json.dumps(e), flush=True)))
+    if result.outcome != "forward" or not events[-1].get("replicas_updated"):
+        raise RuntimeError(f"rollout of {head}: {result.outcome} ({result.reason})")
+    wait_ready(url)
+    return {k: round(v, 1) for k, v in result.seconds.items()}
 
 
 def capture_metrics(url: str) -> dict:
@@ -132,36 +146,42 @@ def _spread(values: list[float]) -> dict:
 
 
 def summarize(rounds: dict[str, list[dict]]) -> dict:
-    """Per workload and figure: before / after spreads and the after / before ratio (median of
-    medians; range from min(after) / max(before) to max(after) / min(before))."""
+    """Per workload and figure: each phase's spread and the ratios of `RATIOS` present (median
+    over median; range from min(x) / max(y) to max(x) / min(y))."""
     out: dict = {}
     for workload in rounds["before"][0]:
         for figure in ("output_tok_s", "mean_acceptance_length"):
-            b = [r[workload][figure] for r in rounds["before"] if r[workload][figure]]
-            a = [r[workload][figure] for r in rounds["after"] if r[workload][figure]]
-            if not a or not b:
-                continue
-            before, after = _spread(b), _spread(a)
-            out.setdefault(workload, {})[figure] = {
-                "before": before, "after": after,
-                "ratio": round(after["median"] / before["median"], 3),
-                "ratio_range": [round(min(a) / max(b), 3), round(max(a) / min(b), 3)]}
+            values = {phase: [r[workload][figure] for r in rounds[phase] if r[workload][figure]]
+                      for phase in PHASES if phase in rounds}
+            row = {phase: _spread(v) for phase, v in values.items() if v}
+            for x, y in RATIOS:
+                if x in row and y in row:
+                    row[f"{x}/{y}"] = {
+                        "ratio": round(row[x]["median"] / row[y]["median"], 3),
+                        "range": [round(min(values[x]) / max(values[y]), 3),
+                                  round(max(values[x]) / min(values[y]), 3)]}
+            if row:
+                out.setdefault(workload, {})[figure] = row
     return out
 
 
 def markdown(results: dict) -> str:
     """The report: targets, then every figure."""
     s, cap = results["summary"], results["capture"]
-    lines = ["# Capture -> retrain -> serve on one app (bench/retrain_loop.py)", "",
+    phases = [p for p in PHASES if p in results["rounds"]]
+    ratios = [f"{x}/{y}" for x, y in RATIOS if x in phases and y in phases]
+    lines = ["# Capture -> retrain -> roll out on one app (bench/retrain_loop.py)", "",
              f"Config: {results['config']}; {results['args']}", "",
-             "| workload | figure | before median (min-max) | after median (min-max) | "
-             "after/before (range) |", "|---|---|---|---|---|"]
+             "| workload | figure | " + " | ".join(f"{p} median (min-max)" for p in phases)
+             + " | " + " | ".join(f"{r} (range)" for r in ratios) + " |",
+             "|---|---|" + "---|" * (len(phases) + len(ratios))]
     for workload, figures in s.items():
         for figure, f in figures.items():
-            lines.append(f"| {workload} | {figure} | {f['before']['median']} "
-                         f"({f['before']['min']}-{f['before']['max']}) | {f['after']['median']} "
-                         f"({f['after']['min']}-{f['after']['max']}) | {f['ratio']} "
-                         f"({f['ratio_range'][0]}-{f['ratio_range'][1]}) |")
+            cells = [f"{f[p]['median']} ({f[p]['min']}-{f[p]['max']})" if p in f else "-"
+                     for p in phases]
+            cells += [f"{f[r]['ratio']} ({f[r]['range'][0]}-{f[r]['range'][1]})" if r in f
+                      else "-" for r in ratios]
+            lines.append(f"| {workload} | {figure} | " + " | ".join(cells) + " |")
     gate = results["retrain"].get("gate", {})
     lines += ["", f"Capture at c{results['args']['capture_concurrency']}: rows {cap['rows']}, "
               f"p99 added {cap.get('added_p99_ms')} ms per request.",
@@ -186,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     from ray import serve
     from transformers import AutoTokenizer
 
+    from deployments.deploy import run_app
+
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     capture_uri = str(out / "capture")
@@ -199,8 +221,12 @@ def main(argv: list[str] | None = None) -> int:
                                                           for k, v in vars(args).items()},
                      "rounds": {}}
     with local_serve(args.port):
-        results["start_s"], results["rounds"]["before"] = deploy_and_measure(
-            cfg, url, workloads, tokenizer, args.repeats)
+        t0 = time.perf_counter()
+        run_app(cfg, APP)
+        wait_ready(url)
+        results["start_s"] = round(time.perf_counter() - t0, 1)
+        results["rounds"]["before"] = measure_rounds(url, model, workloads, tokenizer,
+                                                     args.repeats)
         print(f"served the lab head after {results['start_s']} s", flush=True)
         time.sleep(5)  # the measurement's rows reach the store, then leave it
         for f in Path(capture_uri).glob("part-*.parquet"):
@@ -231,11 +257,15 @@ def main(argv: list[str] | None = None) -> int:
             print(proc.stderr[-2000:], file=sys.stderr)
             return 1
         candidate = results["retrain"]["path"]
-        results["redeploy_s"], results["rounds"]["after"] = deploy_and_measure(
-            SpecserveConfig.from_dict(app_config(args.config, capture_uri, args.port, candidate)),
-            url, workloads, tokenizer, args.repeats)
-        print(f"served {candidate} after {results['redeploy_s']} s", flush=True)
-        serve.delete("specserve")
+        results["rollout_s"] = {}
+        for phase, head in (("after", candidate),
+                            ("again", resolve_path(cfg.speculative.speculator.model))):
+            results["rollout_s"][phase] = roll_out(cfg, head, url)
+            print(f"serving {head} after {results['rollout_s'][phase]} s", flush=True)
+            results["rounds"][phase] = measure_rounds(url, model, workloads, tokenizer,
+                                                      args.repeats)
+            (out / "results.json").write_text(json.dumps(results, indent=2))
+        serve.delete(APP)
     results["summary"] = summarize(results["rounds"])
     (out / "results.json").write_text(json.dumps(results, indent=2))
     (out / "report.md").write_text(markdown(results))

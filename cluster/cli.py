@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             return image_main(rest)
         if args.command == "speculator":
             if args.action == "rollout":
-                from deployments.rollout import main as rollout_main
+                from cluster.speculator_rollout import main as rollout_main
                 return rollout_main(rest)
             if args.action == "loop":
                 from cluster.speculator_loop import main as loop_main

@@ -27,7 +27,8 @@ from core import ConfigError, SpecserveConfig, load_config, resolve_path
 from core.capture_store import CaptureStore
 from core.rollout import (RolloutParams, Tally, drifted_tasks, merge_counts, parse_canary,
                           snapshot_at)
-from deployments.rollout import (RolloutError, add_cluster_arguments, connect,
+from cluster.kube import speculator as kube_speculator
+from deployments.rollout import (Applier, RolloutError, add_cluster_arguments, connect,
                                  current_actor_options, live_speculators, run_rollout)
 from router.board import get_board
 
@@ -70,7 +71,8 @@ def trigger_reason(trigger: str, history: list[tuple[float, dict[str, Tally]]], 
 
 def run_once(cfg: SpecserveConfig, app_name: str, reason: str, rollout: RolloutParams,
              log: Callable[[dict], None], params=None, out_root: Path | None = None,
-             incumbent_since: Mapping[str, Tally] | None = None) -> str:
+             incumbent_since: Mapping[str, Tally] | None = None,
+             applier: Applier | None = None) -> str:
     """One retrain and, when promoted, one rollout. Returns "skipped" (too few rows), "refused"
     (the gate), "forward" or "back".
 
@@ -79,7 +81,8 @@ def run_once(cfg: SpecserveConfig, app_name: str, reason: str, rollout: RolloutP
             `retrain_loop.retrain_steps`).
         out_root: where the candidate goes (default: `retrain_loop.heads_dir`, else beside the
             serving head).
-        incumbent_since: passed to `run_rollout` (the window the incumbent is judged on).
+        incumbent_since, applier: passed to `run_rollout` (the window the incumbent is judged
+            on; how an override is put in force: on KubeRay through the RayService).
     """
     from models.retrain import RetrainError, RetrainParams, retrain
 
@@ -106,16 +109,16 @@ def run_once(cfg: SpecserveConfig, app_name: str, reason: str, rollout: RolloutP
     log({"event": "loop", "step": "rollout", "candidate": report["path"], "gate": report["gate"],
          "retrain_wall_s": report["wall_s"]})
     result = run_rollout(serving, app_name, report["path"], rollout, log=log,
-                         incumbent_since=incumbent_since)
+                         incumbent_since=incumbent_since, applier=applier)
     return result.outcome
 
 
 def run_loop(cfg: SpecserveConfig, app_name: str, once: bool, rollout: RolloutParams,
              log: Callable[[dict], None] = print, clock=time.monotonic, params=None,
-             out_root: Path | None = None) -> str | None:
+             out_root: Path | None = None, applier: Applier | None = None) -> str | None:
     """Polls until stopped (or one run with `once`); returns the last run's outcome with `once`.
     A drift-triggered rollout judges the incumbent on the drift window only (its tallies from
-    before the drift would flatter it); `params`, `out_root`: `run_once`'s."""
+    before the drift would flatter it); `params`, `out_root`, `applier`: `run_once`'s."""
     loop = cfg.retrain_loop
     board = get_board(app_name)
     history: list[tuple[float, dict[str, Tally]]] = []
@@ -133,7 +136,8 @@ def run_loop(cfg: SpecserveConfig, app_name: str, once: bool, rollout: RolloutPa
         if reason:
             since = (snapshot_at(history, now - loop.drift_window_s)
                      if reason.startswith("drift") else None)
-            outcome = run_once(cfg, app_name, reason, rollout, log, params, out_root, since)
+            outcome = run_once(cfg, app_name, reason, rollout, log, params, out_root, since,
+                               applier)
             last_run = clock()
             if once:
                 return outcome
@@ -152,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
                    "trigger")
     p.add_argument("--min-steps", type=int, default=RolloutParams.min_steps,
                    help="the rollout's (see `specserve speculator rollout --help`)")
+    kube_speculator.add_arguments(p)
     args = p.parse_args(argv)
     try:
         cfg = load_config(args.config)
@@ -167,9 +172,10 @@ def main(argv: list[str] | None = None) -> int:
               "set it to drift or schedule", file=sys.stderr)
         return 2
     try:
+        applier = kube_speculator.applier_from_args(args)
         connect(args.address)
         outcome = run_loop(cfg, args.app, args.once, RolloutParams(min_steps=args.min_steps),
-                           lambda e: print(json.dumps(e), flush=True))
+                           lambda e: print(json.dumps(e), flush=True), applier=applier)
     except RolloutError as e:
         print(f"specserve speculator loop: {e}", file=sys.stderr)
         return 2

@@ -10,7 +10,9 @@ finish) while the router sends its pool's requests to the other pool or replicas
 replica of Serve rank < `replicas` starts with the candidate checkpoint (deployments/pools.py
 `PoolServer._with_canary`), passes the sampling check and profiles before it takes traffic.
 On KubeRay the same override goes into the RayService's `serveConfigV2` (`deployments:` of the
-application), which KubeRay applies in place.
+application) instead, which KubeRay applies to the running cluster in place
+(cluster/kube/speculator.py, `--rayservice`): an apply straight to Serve would be undone at the
+CR's next change.
 
 Steps: (1) canary: the candidate on one replica (`replicas` 1); (2) watch: the router tallies each
 response's acceptance under the `system_fingerprint` of the speculator that served it
@@ -124,8 +126,12 @@ def current_actor_options(app_name: str) -> tuple[dict, str | None]:
     return options, env.pop(CANARY_ENV, None)
 
 
+Applier = Callable[[str | None], None]
+
+
 def apply(app_name: str, value: str | None) -> None:
-    """Re-applies the application with the canary override `value` (None: removed)."""
+    """Re-applies the application with the canary override `value` (None: removed), straight to
+    Serve (the default `Applier`)."""
     entry, http, others = deployed_entry(app_name)
     options, _ = current_actor_options(app_name)
     get_global_client().deploy_apps(ServeDeploySchema(
@@ -175,7 +181,8 @@ def check_candidate(cfg: SpecserveConfig, candidate: str) -> tuple[str, dict]:
 def run_rollout(cfg: SpecserveConfig, app_name: str, candidate: str, params: RolloutParams,
                 decision: str = "auto", canary_timeout_s: float = 900.0,
                 watch_timeout_s: float = 600.0, log: Callable[[dict], None] = print,
-                incumbent_since: Mapping[str, Tally] | None = None) -> RolloutResult:
+                incumbent_since: Mapping[str, Tally] | None = None,
+                applier: Applier | None = None) -> RolloutResult:
     """Canary, watch, then forward or back (module docstring). Needs `ray.init` on the cluster.
     Interrupted (KeyboardInterrupt) after the canary started, it rolls back before returning.
 
@@ -190,6 +197,8 @@ def run_rollout(cfg: SpecserveConfig, app_name: str, candidate: str, params: Rol
         incumbent_since: the incumbent's cumulative tallies per task at the start of the window
             its evidence is counted over (the loop passes the drift window's start, so traffic
             from before the drift does not count); None: since the router replicas started.
+        applier: puts an override value in force (default: `apply` to this cluster's Serve;
+            on KubeRay `cluster.kube.speculator.RayServiceOverride`, through the RayService).
 
     Raises:
         RolloutError: the candidate is not a checkpoint folder, the application cannot be updated
@@ -210,7 +219,7 @@ def run_rollout(cfg: SpecserveConfig, app_name: str, candidate: str, params: Rol
     # what a roll-back restores: an earlier rollout's candidate, if one was rolled forward
     _, previous = current_actor_options(app_name)
     rollout = _Rollout(board, app_name, path, incumbent, cand_fp, previous, canary_timeout_s, log,
-                       incumbent_since)
+                       applier or (lambda value: apply(app_name, value)), incumbent_since)
     try:
         return rollout.canary_then_decide(params, decision, watch_timeout_s)
     except KeyboardInterrupt:  # never leave the candidate half rolled out
@@ -229,6 +238,7 @@ class _Rollout:
     previous: str | None  # the `CANARY_ENV` value before the canary (None: none)
     restart_timeout_s: float
     log: Callable[[dict], None]
+    applier: Applier
     incumbent_since: Mapping[str, Tally] | None = None
     seconds: dict = field(default_factory=dict)
 
@@ -245,11 +255,11 @@ class _Rollout:
         t0 = time.monotonic()
         before = set(live_speculators(self.board))  # a changed override restarts every replica
         if outcome == "forward":
-            apply(self.app_name, canary_env(self.path, None))
+            self.applier(canary_env(self.path, None))
             done = lambda r: bool(r) and all(  # noqa: E731
                 x["speculator"] == self.candidate for x in r.values())
         else:
-            apply(self.app_name, self.previous)
+            self.applier(self.previous)
             done = lambda r: bool(r) and all(  # noqa: E731
                 x["speculator"] != self.candidate for x in r.values())
         ok = wait_replicas(self.board, self.app_name, done, self.restart_timeout_s, before)
@@ -263,7 +273,7 @@ class _Rollout:
         """The canary and watch steps, ending in `finish(verdict, ...)`."""
         t0 = time.monotonic()
         self.step("canary", reason="starting")
-        apply(self.app_name, canary_env(self.path, 1))
+        self.applier(canary_env(self.path, 1))
         up = wait_replicas(self.board, self.app_name, lambda r: any(
             x["speculator"] == self.candidate for x in r.values()), self.restart_timeout_s)
         self.seconds["canary"] = time.monotonic() - t0
@@ -316,45 +326,3 @@ def connect(address: str) -> None:
         ray.init(address=address, logging_level="ERROR", log_to_driver=False)
     except ConnectionError as e:
         raise RolloutError(f"--address {address}: {e}") from None
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`specserve speculator rollout`; exit 0 rolled forward, 1 rolled back, 2 bad input."""
-    import argparse
-    import sys
-
-    from core import ConfigError, load_config
-
-    p = argparse.ArgumentParser(prog="specserve speculator rollout", description=__doc__.split(
-        "\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--config", required=True, help="the config the application serves")
-    p.add_argument("--candidate", required=True, help="candidate checkpoint folder, e.g. the "
-                   "eagle3-v1 that `specserve speculator retrain` wrote")
-    add_cluster_arguments(p)
-    p.add_argument("--decide", choices=["auto", "forward", "back"], default="auto",
-                   help="auto: on live acceptance; forward/back: once the canary serves")
-    p.add_argument("--min-steps", type=int, default=RolloutParams.min_steps)
-    p.add_argument("--max-regression", type=float, default=RolloutParams.max_regression)
-    p.add_argument("--min-ratio", type=float, default=RolloutParams.min_ratio)
-    p.add_argument("--canary-timeout-s", type=float, default=900.0)
-    p.add_argument("--watch-timeout-s", type=float, default=600.0)
-    args = p.parse_args(argv)
-    try:
-        cfg = load_config(args.config)
-    except ConfigError as e:
-        print(f"specserve: invalid config:\n{e}", file=sys.stderr)
-        return 2
-    try:
-        check_candidate(cfg, args.candidate)
-        connect(args.address)
-        result = run_rollout(cfg, args.app, args.candidate,
-                             RolloutParams(args.min_steps, args.max_regression, args.min_ratio),
-                             args.decide, args.canary_timeout_s, args.watch_timeout_s,
-                             lambda e: print(json.dumps(e), flush=True))
-    except RolloutError as e:
-        print(f"specserve speculator rollout: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps({"outcome": result.outcome, "reason": result.reason,
-                      "incumbent": result.incumbent, "candidate": result.candidate,
-                      "seconds": result.seconds}), flush=True)
-    return 0 if result.outcome == "forward" else 1

@@ -137,3 +137,60 @@ def test_the_loop_retrains_the_head_the_pool_serves(monkeypatch):
                              (canary_env("/m/eagle3-v2", 1), "/m/eagle3")):  # a canary: not yet
         monkeypatch.setattr(loop, "current_actor_options", lambda app, o=override: ({}, o))
         assert loop.serving_config(cfg, "app").speculative.speculator.model == served
+
+
+def test_a_drift_triggered_loop_judges_the_incumbent_on_the_drift_window(monkeypatch):
+    import types
+
+    import cluster.speculator_loop as loop
+    from core import DEFAULT_CONFIG_PATH, SpecserveConfig
+
+    data = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH).model_dump(mode="json")
+    data["retrain_loop"] = {"trigger": "drift", "drift_window_s": 600, "baseline_window_s": 3600,
+                            "drift_min_steps": 50, "poll_s": 100}
+    cfg = SpecserveConfig.from_dict(data)
+    t = {"now": 0.0}
+
+    def published():  # E[τ] 4 until 3000 s, then 1.5: a drift
+        s = t["now"]
+        steps, acc = 10 * s, 30 * min(s, 3000) + 5 * max(0.0, s - 3000)
+        return [{"fp-a": {"code": [int(s), int(steps), int(acc)]}}]
+
+    board = types.SimpleNamespace(router_state=types.SimpleNamespace(
+        remote=lambda *a: types.SimpleNamespace(speculators=published())))
+    monkeypatch.setattr(loop, "get_board", lambda app: board)
+    monkeypatch.setattr(loop, "live_speculators", lambda b: {"r1": {"speculator": "fp-a"}})
+    monkeypatch.setattr(loop, "ray", types.SimpleNamespace(get=lambda x: x))
+    monkeypatch.setattr(loop.time, "sleep", lambda s: t.update(now=t["now"] + s))
+    calls = []
+
+    class Stop(Exception):
+        pass
+
+    def run_once(cfg, app, reason, rollout, log, params, out_root, since, applier):
+        calls.append((t["now"], reason, since))
+        raise Stop
+    monkeypatch.setattr(loop, "run_once", run_once)
+    with pytest.raises(Stop):
+        loop.run_loop(cfg, "app", False, RolloutParams(), lambda e: None, clock=lambda: t["now"])
+    now, reason, since = calls[0]
+    assert reason.startswith("drift: code") and 3000 < now <= 3600
+    # the incumbent's evidence starts where the drift window does, not at the router's start
+    assert since["code"].steps == 10 * (now - 600)
+    calls.clear()
+    t["now"] = 0.0
+    with pytest.raises(Stop):
+        loop.run_loop(cfg, "app", True, RolloutParams(), lambda e: None, clock=lambda: t["now"])
+    assert calls == [(0.0, "--once", None)]
+
+
+def test_tallies_since_a_snapshot():
+    from core.rollout import snapshot_at, tally_since
+
+    history = [(0, {"code": Tally(1, 10, 20)}), (100, {"code": Tally(2, 30, 50)})]
+    assert snapshot_at(history, 50) == history[0][1]
+    assert snapshot_at(history, 100) == history[1][1]
+    assert snapshot_at(history, -5) == history[0][1]  # before the history: its oldest
+    assert snapshot_at([], 5) == {}
+    assert tally_since(history[1][1], history[0][1]) == {"code": Tally(1, 20, 30)}
+    assert tally_since({"chat": Tally(1, 5, 5)}, history[0][1]) == {"chat": Tally(1, 5, 5)}
