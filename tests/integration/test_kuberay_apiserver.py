@@ -320,3 +320,50 @@ def test_namespace_and_context_come_from_the_kubeconfig_like_kubectl(kube_api, k
         mp.setenv("KUBECONFIG", str(path))
         assert cli.main(["cluster", "status"]) == 0
     assert f"RayService {kube_ns}/specserve" in capsys.readouterr().out
+
+
+def test_a_speculator_canary_goes_through_the_rayservice_in_place(run, objects, operator,
+                                                                   kube_api, kube_ns):
+    """`specserve speculator rollout --rayservice`'s applier: the override lands in serveConfigV2
+    (same application, code version and cluster spec, so KubeRay updates the active cluster in
+    place), a stale apply of the config conflicts with it, and a roll-back removes it."""
+    from cluster.kube.client import Kube
+    from cluster.kube.speculator import RayServiceOverride
+    from core.rollout import CANARY_ENV, canary_env
+    from deployments.rollout import RolloutError
+
+    run("apply", "--config", GPU_CONFIG)
+    operator.reconcile()
+    before = objects("rayservices")
+    active = before["status"]["activeServiceStatus"]["rayClusterName"]
+    kube = Kube(client.CustomObjectsApi(kube_api.api_client()), kube_ns)
+    options = {"num_gpus": 4, "runtime_env": {"env_vars": {"VLLM_USE_V1": "1"}}}
+    override = RayServiceOverride(kube, "specserve", "specserve", actor_options=options)
+    value = canary_env("/models/eagle3-v1", 1)
+    override(value)
+    after = objects("rayservices")
+    old_app = yaml.safe_load(before["spec"]["serveConfigV2"])["applications"][0]
+    new_app = yaml.safe_load(after["spec"]["serveConfigV2"])["applications"][0]
+    assert {k: v for k, v in new_app.items() if k != "deployments"} == old_app
+    assert new_app["deployments"] == [{"name": "speculative", "ray_actor_options": {
+        "num_gpus": 4, "runtime_env": {"env_vars": {"VLLM_USE_V1": "1", CANARY_ENV: value}}}}]
+    assert after["spec"]["rayClusterConfig"] == before["spec"]["rayClusterConfig"]
+    assert "specserve-rollout" in {m["manager"] for m in after["metadata"]["managedFields"]}
+    operator.reconcile()  # no new RayCluster: the active one is updated in place
+    status = objects("rayservices")["status"]
+    assert status["activeServiceStatus"]["rayClusterName"] == active
+    assert status.get("pendingServiceStatus") is None
+
+    # the unchanged config would undo the override: the API server says who owns it
+    code, _, err = run("apply", "--config", GPU_CONFIG)
+    assert code == 1 and "409" in err and "specserve-rollout" in err
+
+    override(None)  # back: the config's speculator, serveConfigV2 as rendered
+    assert objects("rayservices")["spec"]["serveConfigV2"] == before["spec"]["serveConfigV2"]
+    code, _, err = run("apply", "--config", GPU_CONFIG)  # nothing left to conflict with
+    assert code == 0, err
+    with pytest.raises(RolloutError, match="--app: the RayService's serveConfigV2 has no "
+                       "application 'other'"):
+        RayServiceOverride(kube, "specserve", "other", actor_options=options)(value)
+    with pytest.raises(RolloutError, match=f"--rayservice: no RayService {kube_ns}/nope"):
+        RayServiceOverride(kube, "nope", "specserve", actor_options=options)(value)

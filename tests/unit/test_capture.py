@@ -6,6 +6,7 @@ import asyncio
 import os
 import random
 
+import numpy as np
 import pytest
 from vllm.outputs import CompletionOutput, RequestOutput
 from vllm.sampling_params import RequestOutputKind, SamplingParams
@@ -160,19 +161,29 @@ def drive(engine, sampling_params, take=None):
     return rec, asyncio.run(run())
 
 
+def _plain(rows: list[dict]) -> list[dict]:
+    """Queued rows with their token id arrays (int32, as queued) as lists."""
+    for r in rows:
+        for name in ("prompt_token_ids", "output_token_ids"):
+            assert r[name].dtype == np.int32
+    return [{k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in r.items()}
+            for r in rows]
+
+
 def test_stream_deltas_are_joined_into_one_row():
     outs = [output([1, 2], False), output([3], False), output([4, 5], True, "length")]
     rec, got = drive(ScriptedEngine(outs), params(RequestOutputKind.DELTA))
     assert got == outs  # passed through unchanged
-    assert rec._rows == [{"time": rec._rows[0]["time"], "pool": "speculative", "task": "math",
-                          "temperature": 0.0, "prompt_token_ids": [5, 6, 7],
-                          "output_token_ids": [1, 2, 3, 4, 5], "finish_reason": "length"}]
+    assert _plain(rec._rows) == [{"time": rec._rows[0]["time"], "pool": "speculative", "task": "math",
+                                  "temperature": 0.0, "prompt_token_ids": [5, 6, 7],
+                                  "output_token_ids": [1, 2, 3, 4, 5],
+                                  "finish_reason": "length"}]
 
 
 def test_final_only_output_is_recorded_once():
     rec, _ = drive(ScriptedEngine([output([1, 2, 3], True, "stop")]),
                    params(RequestOutputKind.FINAL_ONLY))
-    assert [r["output_token_ids"] for r in rec._rows] == [[1, 2, 3]]
+    assert [r["output_token_ids"] for r in _plain(rec._rows)] == [[1, 2, 3]]
 
 
 def test_unmarked_requests_are_not_recorded():
@@ -211,3 +222,22 @@ def test_marks_fail_closed_when_the_excluded_keys_are_missing(monkeypatch):
     monkeypatch.delenv("NO_CAPTURE", raising=False)
     marks = CaptureMarks(CaptureConfig(enabled=True, excluded_api_keys_env="NO_CAPTURE"))
     assert not marks.allows("Bearer anything") and not marks.allows(None)
+
+
+def test_rows_table_matches_pyarrows_own_conversion():
+    import pyarrow as pa
+
+    from core.capture_store import CAPTURE_SCHEMA, rows_table
+
+    rng = random.Random(0)
+    rows = [{"time": 1.5 * i, "pool": "vanilla", "task": "code", "temperature": 0.7,
+             "prompt_token_ids": [rng.randrange(32000) for _ in range(rng.randrange(0, 9))],
+             "output_token_ids": [rng.randrange(32000) for _ in range(rng.randrange(0, 5))],
+             "finish_reason": rng.choice(["stop", "length", None])} for i in range(40)]
+    expected = pa.Table.from_pylist(rows, schema=CAPTURE_SCHEMA)
+    assert rows_table(rows).equals(expected)
+    arrays = [{**r, "prompt_token_ids": np.asarray(r["prompt_token_ids"], dtype=np.int32),
+               "output_token_ids": np.asarray(r["output_token_ids"], dtype=np.int32)}
+              for r in rows]
+    assert rows_table(arrays).equals(expected)
+    assert rows_table([]).num_rows == 0

@@ -194,3 +194,38 @@ def test_tallies_since_a_snapshot():
     assert snapshot_at([], 5) == {}
     assert tally_since(history[1][1], history[0][1]) == {"code": Tally(1, 20, 30)}
     assert tally_since({"chat": Tally(1, 5, 5)}, history[0][1]) == {"chat": Tally(1, 5, 5)}
+
+
+def test_rollout_and_loop_refuse_bad_input_naming_the_flag(tmp_path, capsys):
+    """Exit 2 and the flag named, before any cluster is touched (no Ray here)."""
+    import yaml
+
+    from cluster.cli import main
+    from core import DEFAULT_CONFIG_PATH
+
+    head = tmp_path / "eagle3-v1"
+    head.mkdir()
+    (head / "config.json").write_text("{}")
+    eagle = tmp_path / "eagle.yaml"
+    data = yaml.safe_load(DEFAULT_CONFIG_PATH.read_text())
+    data["speculative"]["speculator"] = {"method": "eagle3", "model": str(head),
+                                         "num_speculative_tokens": 4}
+    eagle.write_text(yaml.safe_dump(data))
+    cases = [
+        (["rollout", "--config", str(eagle), "--candidate", str(tmp_path / "none")],
+         "--candidate: '" + str(tmp_path / "none") + "' is not a checkpoint folder"),
+        (["rollout", "--config", str(DEFAULT_CONFIG_PATH), "--candidate", str(head)],
+         "n-gram has none"),
+        (["rollout", "--config", str(eagle), "--candidate", str(head), "--rayservice", "svc",
+          "--kubeconfig", str(tmp_path / "no-kubeconfig")], "--kubeconfig: "),
+        (["rollout", "--config", str(tmp_path / "missing.yaml"), "--candidate", str(head)],
+         "invalid config"),
+        (["loop", "--config", str(eagle), "--once"], "capture.enabled: the loop retrains"),
+    ]
+    data["capture"] = {"enabled": True, "uri": str(tmp_path / "capture")}
+    eagle_capture = tmp_path / "capture.yaml"
+    eagle_capture.write_text(yaml.safe_dump(data))
+    cases.append((["loop", "--config", str(eagle_capture)], "retrain_loop.trigger is manual"))
+    for argv, message in cases:
+        assert main(["speculator", *argv]) == 2, argv
+        assert message in capsys.readouterr().err, argv
