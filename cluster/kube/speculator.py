@@ -103,11 +103,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rayservice", default=None, help="on KubeRay: the RayService serving the "
                    "application; the override goes into its serveConfigV2 (else straight to "
                    "Serve, which KubeRay would undo)")
-    p.add_argument("--kubeconfig", default=None, help="with --rayservice: kubeconfig file "
-                   "(default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+    p.add_argument("--kubeconfig", default=None, help="with --rayservice: kubeconfig file, "
+                   "else $KUBECONFIG, ~/.kube/config, in-cluster")
     p.add_argument("--context", default=None, help="with --rayservice: kubeconfig context")
-    p.add_argument("-n", "--namespace", default=None, help="with --rayservice: namespace "
-                   "(default: the context's, else default)")
+    p.add_argument("-n", "--namespace", default=None, help="with --rayservice: namespace, else "
+                   "the context's, else default")
 
 
 def applier_from_args(args: argparse.Namespace) -> RayServiceOverride | None:
