@@ -23,11 +23,11 @@ from typing import Callable, Mapping
 
 import ray
 
-from core import ConfigError, SpecserveConfig, load_config, resolve_path
+from cluster.kube import speculator as kube_speculator
+from core import SpecserveConfig, load_config, resolve_path
 from core.capture_store import CaptureStore
 from core.rollout import (RolloutParams, Tally, drifted_tasks, merge_counts, parse_canary,
                           snapshot_at)
-from cluster.kube import speculator as kube_speculator
 from deployments.rollout import (Applier, RolloutError, add_cluster_arguments, connect,
                                  current_actor_options, live_speculators, run_rollout)
 from router.board import get_board
@@ -158,11 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="the rollout's (see `specserve speculator rollout --help`)")
     kube_speculator.add_arguments(p)
     args = p.parse_args(argv)
-    try:
-        cfg = load_config(args.config)
-    except ConfigError as e:
-        print(f"specserve: invalid config:\n{e}", file=sys.stderr)
-        return 2
+    cfg = load_config(args.config)  # ConfigError: exit 2 from cluster/cli.py, as every command
     if not cfg.capture.enabled:
         print("specserve speculator loop: capture.enabled: the loop retrains on captured "
               "traffic; turn capture on", file=sys.stderr)

@@ -9,7 +9,7 @@ import json
 import sys
 
 from cluster.kube import speculator as kube_speculator
-from core import ConfigError, load_config
+from core import load_config
 from core.rollout import RolloutParams
 from deployments import rollout
 from deployments.rollout import (RolloutError, add_cluster_arguments, check_candidate, connect,
@@ -34,11 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--watch-timeout-s", type=float, default=600.0)
     kube_speculator.add_arguments(p)
     args = p.parse_args(argv)
-    try:
-        cfg = load_config(args.config)
-    except ConfigError as e:
-        print(f"specserve: invalid config:\n{e}", file=sys.stderr)
-        return 2
+    cfg = load_config(args.config)  # ConfigError: exit 2 from cluster/cli.py, as every command
     try:
         check_candidate(cfg, args.candidate)
         applier = kube_speculator.applier_from_args(args)
