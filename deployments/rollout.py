@@ -110,7 +110,10 @@ def with_canary(entry: dict, actor_options: dict, value: str | None) -> dict:
         env = options.setdefault("runtime_env", {}).setdefault("env_vars", {})
         env[CANARY_ENV] = value
         others.append({"name": POOL, "ray_actor_options": options})
-    entry["deployments"] = others
+    if others:
+        entry["deployments"] = others
+    else:  # no override left: the entry as built (and as cluster/kube/render.py renders it)
+        entry.pop("deployments", None)
     return entry
 
 

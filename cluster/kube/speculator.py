@@ -45,9 +45,6 @@ def override_serve_config(serve_config: str, app_name: str, actor_options: dict,
                            f"{app_name!r} (have {names})")
     doc["applications"] = [with_canary(a, actor_options, value) if a.get("name") == app_name
                            else a for a in apps]
-    for app in doc["applications"]:
-        if app.get("deployments") == []:  # as rendered (cluster/kube/render.py `serve_config`)
-            del app["deployments"]
     return yaml.safe_dump(doc, sort_keys=False, width=100)
 
 
