@@ -149,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     (skipped, refused, rolled back), 2 bad input."""
     p = argparse.ArgumentParser(prog="specserve speculator loop", description=__doc__.split(
         "\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--config", required=True, help="the config the application serves (its "
+    p.add_argument("--config", required=True, default=argparse.SUPPRESS,
+                   help="the config the application serves (its "
                    "capture: and retrain_loop: blocks)")
     add_cluster_arguments(p)
     p.add_argument("--once", action="store_true", help="run the loop once now, whatever the "

@@ -21,17 +21,24 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="specserve speculator rollout",
                                 description=rollout.__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--config", required=True, help="the config the application serves")
-    p.add_argument("--candidate", required=True, help="candidate checkpoint folder, e.g. the "
+    p.add_argument("--config", required=True, default=argparse.SUPPRESS,
+                   help="the config the application serves")
+    p.add_argument("--candidate", required=True, default=argparse.SUPPRESS, help="candidate checkpoint folder, e.g. the "
                    "eagle3-v1 that `specserve speculator retrain` wrote")
     add_cluster_arguments(p)
     p.add_argument("--decide", choices=["auto", "forward", "back"], default="auto",
                    help="auto: on live acceptance; forward/back: once the canary serves")
-    p.add_argument("--min-steps", type=int, default=RolloutParams.min_steps)
-    p.add_argument("--max-regression", type=float, default=RolloutParams.max_regression)
-    p.add_argument("--min-ratio", type=float, default=RolloutParams.min_ratio)
-    p.add_argument("--canary-timeout-s", type=float, default=900.0)
-    p.add_argument("--watch-timeout-s", type=float, default=600.0)
+    p.add_argument("--min-steps", type=int, default=RolloutParams.min_steps,
+                   help="verification steps a task needs on both speculators to be compared")
+    p.add_argument("--max-regression", type=float, default=RolloutParams.max_regression,
+                   help="back when any compared task's candidate mean acceptance length is "
+                   "below (1 - this) x the incumbent's")
+    p.add_argument("--min-ratio", type=float, default=RolloutParams.min_ratio,
+                   help="forward needs the step-weighted candidate / incumbent ratio >= this")
+    p.add_argument("--canary-timeout-s", type=float, default=900.0, help="longest wait for the "
+                   "canary (and later every replica) to serve; else back")
+    p.add_argument("--watch-timeout-s", type=float, default=600.0, help="longest wait for "
+                   "enough live acceptance to decide; else back")
     kube_speculator.add_arguments(p)
     args = p.parse_args(argv)
     cfg = load_config(args.config)  # ConfigError: exit 2 from cluster/cli.py, as every command
