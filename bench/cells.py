@@ -1,5 +1,6 @@
 """The measurements `python -m bench.run` makes on one running application: the cells of every
-system (code at concurrency 1, the closed-loop sweep, Poisson rates, the machine cell), each
+system (code at concurrency 1, the closed-loop sweep, the held-out sweep, Poisson rates, the
+machine cell), each
 sent and measured by vLLM's benchmark client (bench/serve_client.py); the router's overhead against
 the stock ingress; and the in-process cost of one route decision.
 """
@@ -65,6 +66,12 @@ async def measure_app(url: str, app, args, rates: list[float] | None, model: str
         n = max(args.min_requests, args.requests_per_slot * c)
         await cell(f"{wl}@c{c}", lambda route, c=c, n=n: send(
             jobs(wl, model, 2 + c, route), n, Load(concurrency=c)))
+    for c in getattr(args, "heldout_concurrency", None) or []:  # the mix the router never saw
+        if wl == "heldout":
+            break
+        n = max(args.min_requests, args.requests_per_slot * c)
+        await cell(f"heldout@c{c}", lambda route, c=c, n=n: send(
+            jobs("heldout", model, 30 + c, route), n, Load(concurrency=c)))
     if machine:
         c = args.machine_concurrency
         n = max(args.min_requests, args.requests_per_slot * c)

@@ -63,6 +63,8 @@ def write_report(results: dict, out: Path) -> None:
                                  for s in row))
     wl = results.get("workload", "mixed")
     sweep = sorted((int(k.split("@c")[1]), k) for k in cells if k.startswith(f"{wl}@c"))
+    heldout = [] if wl == "heldout" else sorted(
+        (int(k.split("@c")[1]), k) for k in cells if k.startswith("heldout@c"))
     rates = [k for k in cells if k.startswith("poisson@")]
     rounds = max((len(runs) for row in cells.values() for runs in row.values()), default=0)
     starts = ", ".join(f"{k} {fmt(v['start_s'])} s" for k, v in results["apps"].items())
@@ -75,15 +77,12 @@ def write_report(results: dict, out: Path) -> None:
              f"SLO for goodput: TTFT ≤ {results['slo']['ttft_ms']:.0f} ms and TPOT ≤ "
              f"{results['slo']['tpot_ms']:.0f} ms.", "",
              "## Targets (equal accelerator budget)", ""]
-    lines += _targets(results, cells, sweep, rates)
-    lines += ["", f"## Closed-loop sweep, {wl} workload: output tok/s (TPOT p50 / p99 ms)", "",
-              "| concurrency | " + " | ".join(systems) + " |",
-              "|---|" + "---|" * len(systems)]
-    for c, key in sweep:
-        row = cells[key]
-        lines.append(f"| {c} | " + " | ".join(
-            f"{_fig(row[s], 'output_tok_s')} ({_shown(row[s], 'tpot_p50_ms')} / "
-            f"{_shown(row[s], 'tpot_p99_ms')})" if s in row else "-" for s in systems) + " |")
+    lines += _targets(results, cells, sweep, rates, heldout)
+    lines += _sweep_table(f"Closed-loop sweep, {wl} workload", cells, sweep, systems)
+    if heldout:
+        lines += _sweep_table("Closed-loop sweep, held-out workload (prompts the classifier "
+                              "was not fitted on, bench/prompts/README.md)", cells, heldout,
+                              systems)
     if "code@c1" in cells:
         lines += ["", "## Code prompts at concurrency 1", "", "| system | tok/s | TTFT p50 ms | "
                   "TPOT p50 ms | route mix |", "|---|---|---|---|---|"]
@@ -122,6 +121,19 @@ def write_report(results: dict, out: Path) -> None:
     lines += ["", "## Errors", ""] + ([f"- {k}: {e}" for k, e in errors.items()] or ["none"])
     (out / "report.md").write_text("\n".join(lines) + "\n")
     _plots(cells, systems, sweep, out)
+
+
+def _sweep_table(title: str, cells: dict, sweep: list[tuple[int, str]], systems: list[str]
+                 ) -> list[str]:
+    """A closed-loop sweep's rows: output tok/s median [min-max] (TPOT p50 / p99 ms) per system."""
+    lines = ["", f"## {title}: output tok/s (TPOT p50 / p99 ms)", "",
+             "| concurrency | " + " | ".join(systems) + " |", "|---|" + "---|" * len(systems)]
+    for c, key in sweep:
+        row = cells[key]
+        lines.append(f"| {c} | " + " | ".join(
+            f"{_fig(row[s], 'output_tok_s')} ({_shown(row[s], 'tpot_p50_ms')} / "
+            f"{_shown(row[s], 'tpot_p99_ms')})" if s in row else "-" for s in systems) + " |")
+    return lines
 
 
 def _fig(runs: list[dict], key: str, digits: int = 0) -> str:
@@ -176,8 +188,9 @@ def _target(ratios: list[float], target: float, at_most: bool = False) -> str:
     return f"**{m:.2f}x**{rng} ({verdict(ratios, target, at_most)} vs {sign} {target}"
 
 
-def _targets(results, cells, sweep, rates) -> list[str]:
-    """The targets at an equal accelerator budget, each with its ratios measured in this run."""
+def _targets(results, cells, sweep, rates, heldout=()) -> list[str]:
+    """The targets at an equal accelerator budget, each with its ratios measured in this run
+    (`heldout`: the held-out sweep's (concurrency, cell) pairs, judged like the sweep's)."""
     out = []
     n = results.get("budget", 2)
     singles = [s for s in dict.fromkeys(s for row in cells.values() for s in row)
@@ -197,7 +210,7 @@ def _targets(results, cells, sweep, rates) -> list[str]:
                  for a, b in zip(row["one-pool"], row["both-pools"])]
             out.append(f"- {key}: machine tok/s with both pools busy / one pool alone = "
                        f"{_target(r, 1.5)})")
-    for _, key in sweep:
+    for _, key in [*sweep, *heldout]:
         own = _ratio(cells[key], "routed", forced)
         eq = _ratio(cells[key], "routed", singles)
         if own and eq:

@@ -20,7 +20,9 @@ labeled prompts (bench/workload.py):
    (k up to the largest concurrency at which the first method beat vanilla in steps 1-2, 0 above).
 Cells: code prompts at concurrency 1; the `--workload` mix (the labeled prompts, or the held-out
 ones: bench/prompts/README.md) in a closed-loop sweep over `--concurrency` and at Poisson rates
-set to fractions of vanilla-xN's measured capacity. The whole sequence of applications runs `--repeats` times (rounds: every system is
+set to fractions of vanilla-xN's measured capacity; beside the labeled mix, the held-out prompts
+(which the router's classifier was not fitted on) in a closed-loop sweep over
+`--heldout-concurrency`. The whole sequence of applications runs `--repeats` times (rounds: every system is
 measured once per round, so drift over the run hits all alike); the report gives each figure's
 median and min-max over the rounds, and each ratio per round. Engines are compiled, as `make
 serve` runs them, unless `--eager`. Output: `DIR/results.json`, `DIR/report.md`, `DIR/*.png`; the path is printed at the end.
@@ -229,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workload", choices=["mixed", "heldout"], default="mixed", help="prompts of "
                    "the sweep, Poisson and machine cells: the labeled mix (bench/prompts/"
                    "tasks.jsonl) or the held-out one the classifier never saw (heldout.jsonl)")
+    p.add_argument("--heldout-concurrency", type=int, nargs="*", default=[1, 8, 32],
+                   help="beside a labeled --workload, a closed-loop sweep of the held-out prompts "
+                   "(bench/prompts/heldout.jsonl) at these concurrencies (none: no such cells)")
     p.add_argument("--requests-per-slot", type=int, default=2, help="closed loop: requests per "
                    "concurrency slot (at least --min-requests)")
     p.add_argument("--min-requests", type=int, default=8)
@@ -247,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.quick:
         args.concurrency, args.requests_per_slot, args.min_requests = [1, 8], 1, 4
+        args.heldout_concurrency = [8]
         args.code_requests, args.poisson_requests, args.overhead_requests = 4, 8, 32
         args.overhead_concurrency, args.machine_concurrency = 8, 8
         args.warmup, args.eager = 2, True

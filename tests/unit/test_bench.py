@@ -130,6 +130,7 @@ def test_report_states_each_target(tmp_path):
                          "mixed@c1": systems(100, 200, 190, 100, 200),
                          "mixed@c16": systems(800, 500, 1040, 450, 400),
                          "mixed@c64": systems(1000, 600, 900, 500, 300),
+                         "heldout@c8": systems(400, 300, 380, 200, 300),
                          "poisson@1.00": systems(1, 1, 1, 1, 1),
                          "machine@c16": {"one-pool": cell(450, 1), "both-pools": cell(810, 1)}}}
     # a fourth round of mixed@c1 in which routed fell behind: its ratio's range straddles 0.95
@@ -149,6 +150,12 @@ def test_report_states_each_target(tmp_path):
             "code at concurrency 1, **0.60x** [0.60-0.60] (met vs ≤ 0.9) at mixed@c64") in text
     assert "routed goodput / best at equal budget = **1.25x** [1.25-1.25] (met vs ≥ 0.95, " \
         "speculative-ngram-x2)" in text
+    # the held-out sweep: its own table, its cells judged like the labeled sweep's
+    assert ("heldout@c8: routed / better own pool = **1.27x** [1.27-1.27] (met vs ≥ 0.95, "
+            "forced-speculative); routed / best at equal budget = **0.95x** [0.95-0.95] (met vs ≥ "
+            "0.95, vanilla-x2)") in text
+    held = text.split("## Closed-loop sweep, held-out workload")[1].split("##")[0]
+    assert "| 8 | 400 [380-440]" in held and "| 16 |" not in held
     assert "| 16 | 1040 [988-1144] (10.0 / 12.0) |" not in text  # the routed column is third
     assert "| 16 | 800 [760-880] (10.0 / 12.0) | 500 [475-550] (10.0 / 12.0) | " \
         "1040 [988-1144] (10.0 / 12.0) |" in text
