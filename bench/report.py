@@ -107,8 +107,10 @@ def write_report(results: dict, out: Path) -> None:
     lines += _spreads(cells)
     lines += _speedup_curve(results.get("speedup_curve"))
     lines += _predicted_vs_realized(results, cells, sweep)
-    lines += ["", "## Routed: route mix per cell (all rounds; by task: speculative / vanilla)", ""]
-    lines += [f"- {key}: {_mix(row['routed'])}; {_mix_by_task(row['routed'])}"
+    lines += ["", "## Routed: route mix per cell (all rounds; by task: speculative / vanilla; "
+              "the router's reasons, round by round)", ""]
+    lines += [f"- {key}: {_mix(row['routed'])}; {_mix_by_task(row['routed'])}; reasons "
+              + " | ".join(_reasons(r) for r in row["routed"])
               for key, row in cells.items() if "routed" in row]
     lines += ["", "## Acceptance (vLLM's client, from `vllm:spec_decode_*` before and after each "
               "cell): mean acceptance length (acceptance rate %)", "",
@@ -148,6 +150,13 @@ def _mix(runs: list[dict]) -> dict:
         for route, n in r["route_mix"].items():
             out[route] = out.get(route, 0) + n
     return out
+
+
+def _reasons(run: dict) -> str:
+    """One round's "route/reason n" counts (`x-specserve-reason`), most first; "-" before runs
+    recorded them."""
+    got = sorted(run.get("route_reasons", {}).items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{k} {n}" for k, n in got) or "-"
 
 
 def _mix_by_task(runs: list[dict]) -> str:

@@ -99,7 +99,7 @@ class Load:
 
 
 async def route_counts(client: httpx.AsyncClient) -> Counter:
-    """`specserve_requests_total` from the server's `/metrics`, summed by (route, task)."""
+    """`specserve_requests_total` from the server's `/metrics`, summed by (route, task, reason)."""
     r = await client.get("/metrics")
     r.raise_for_status()
     out: Counter = Counter()
@@ -107,7 +107,7 @@ async def route_counts(client: httpx.AsyncClient) -> Counter:
         if family.name == "specserve_requests":
             for s in family.samples:
                 if s.name.endswith("_total"):
-                    out[s.labels["route"], s.labels["task"]] += s.value
+                    out[s.labels["route"], s.labels["task"], s.labels["reason"]] += s.value
     return out
 
 
@@ -121,7 +121,8 @@ async def run_cell(url: str, model: str, requests: list[SampleRequest], load: Lo
     Returns:
         requests, errors, wall_s, output_tok_s, goodput_req_s, slo_attainment, ttft / tpot / itl
         p50 and p99 (ms), tpot_p50_ms_by_task, route_mix {route: n}, route_mix_by_task
-        {task: {route: n}}, acceptance (`acceptance`: acceptance_rate in %,
+        {task: {route: n}}, route_reasons {"route/reason": n} (the router's reasons, as the
+        `x-specserve-reason` header gives them), acceptance (`acceptance`: acceptance_rate in %,
         mean_acceptance_length, num_drafts; None when no pool drafted), cpu (cores busy per part of the stack and the
         machine, `bench.machine.busy_cores`), load_avg_1m at the end, first_error.
     """
@@ -195,11 +196,14 @@ def summary(r: dict, routes: Counter, cpu: dict, tasks: list[str] | None,
             tpot.setdefault(tasks[i], []).append(
                 (r["latencies"][i] - r["ttfts"][i]) / (r["output_lens"][i] - 1))
     by_task: dict[str, dict[str, int]] = {}
-    for (route, task), count in sorted(routes.items()):
-        by_task.setdefault(task, {})[route] = int(count)
     mix: Counter = Counter()
-    for (route, _), count in routes.items():
-        mix[route] += int(count)
+    reasons: Counter = Counter()
+    for (route, task, reason), count in sorted(routes.items()):
+        if count:
+            by_task.setdefault(task, {})
+            by_task[task][route] = by_task[task].get(route, 0) + int(count)
+            mix[route] += int(count)
+            reasons[f"{route}/{reason}"] += int(count)
     good = (r["request_goodput"] or 0.0) * r["duration"]
     return {
         "requests": n, "errors": r["failed"], "wall_s": round(r["duration"], 2),
@@ -209,7 +213,8 @@ def summary(r: dict, routes: Counter, cpu: dict, tasks: list[str] | None,
         **{f"{m}_p{int(q)}_ms": round(r[f"p{int(q)}_{m}_ms"], 2)
            for m in ("ttft", "tpot", "itl") for q in PERCENTILES},
         "tpot_p50_ms_by_task": {t: round(1000 * percentile(v, 50), 2) for t, v in tpot.items()},
-        "route_mix": dict(mix), "route_mix_by_task": by_task, "acceptance": spec,
+        "route_mix": dict(mix), "route_mix_by_task": by_task, "route_reasons": dict(reasons),
+        "acceptance": spec,
         "cpu": cpu, "load_avg_1m": round(os.getloadavg()[0], 2),
         "first_error": next((e for e in r["errors"] if e), "")[-300:],
     }

@@ -66,7 +66,9 @@ def test_cell_figures_come_from_vllms_result_and_the_route_counters():
 
     from bench.serve_client import acceptance, summary
 
-    routes = Counter({("speculative", "code"): 2, ("vanilla", "chat"): 1})
+    routes = Counter({("speculative", "code", "speculation_pays"): 1,
+                      ("speculative", "code", "task_gains"): 1,
+                      ("vanilla", "chat", "speculation_costs"): 1})
     spec = acceptance(SpecDecodeMetrics(10, 40, 5, {}), SpecDecodeMetrics(50, 200, 105, {}))
     s = summary(vllm_result([101, 11, 31], failed=1), routes, {"engines": 1.5},
                 ["code", "chat", "code", "math"], spec)
@@ -77,6 +79,8 @@ def test_cell_figures_come_from_vllms_result_and_the_route_counters():
     assert s["tpot_p50_ms_by_task"] == {"code": 10.0, "chat": 10.0}
     assert s["route_mix"] == {"speculative": 2, "vanilla": 1}
     assert s["route_mix_by_task"] == {"code": {"speculative": 2}, "chat": {"vanilla": 1}}
+    assert s["route_reasons"] == {"speculative/speculation_pays": 1, "speculative/task_gains": 1,
+                                  "vanilla/speculation_costs": 1}
     assert s["acceptance"] == {"acceptance_rate": 62.5, "mean_acceptance_length": 3.5,
                                "num_drafts": 40}
     assert acceptance(SpecDecodeMetrics(10, 40, 5, {}), SpecDecodeMetrics(10, 40, 5, {})) is None
@@ -102,6 +106,7 @@ def test_report_states_each_target(tmp_path):
              "ttft_p99_ms": 150.0, "tpot_p50_ms": 10.0, "tpot_p99_ms": 12.0,
              "itl_p50_ms": 10.0, "itl_p99_ms": 12.0, "tpot_p50_ms_by_task": {"code": 10.0},
              "route_mix": {route: 10}, "route_mix_by_task": {"code": {route: 10}},
+             "route_reasons": {f"{route}/speculation_pays": 10},
              "acceptance": None, "cpu": {"engines": 1.8, "router": 0.1}, "load_avg_1m": 2.0,
              "first_error": ""}
         # three rounds: the median, 5% below, 10% above
@@ -164,6 +169,8 @@ def test_report_states_each_target(tmp_path):
     assert "Beyond the target: mixed@c1/routed ±" in text
     assert "| mixed@c16 | routed | 1.80 | 0.10 | 2.0 |" in text
     assert "code 10/0" not in text and "code 30/0" in text  # route mix summed over rounds
+    assert ("- mixed@c16: {'speculative': 30}; code 30/0; reasons speculative/speculation_pays 10"
+            " | speculative/speculation_pays 10 | speculative/speculation_pays 10") in text
     assert "64 at a time): p50 0.5 ms, p99 1.5 ms" in text
     assert "| 64 | 100.0 | 400.0 | 0.75 |" in text
     assert "pays (S ≥ 1.1) at every batch up to: code 8 (also at 128), chat 0" in text
