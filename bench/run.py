@@ -357,20 +357,22 @@ def _save(results: dict, out: Path) -> None:
 
 
 def _machine() -> dict:
-    """The machine, the stack's versions and Ray's node environment (`core.RAY_NODE_ENV`, or what
-    the caller's environment set instead: `RAY_SERVE_ENABLE_HA_PROXY=1
-    RAY_SERVE_THROUGHPUT_OPTIMIZED=1 RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=1 python -m bench.run`
-    measures behind HAProxy, core/config.py)."""
+    """The machine (with its native bfloat16 flags: none means the CPU engines ran float32,
+    deployments/cores.py), the stack's versions and Ray's node environment (`core.RAY_NODE_ENV`,
+    or what the caller's environment set instead: `RAY_SERVE_ENABLE_HA_PROXY=0
+    RAY_SERVE_THROUGHPUT_OPTIMIZED=0 python -m bench.run` measures behind Serve's proxy actor)."""
     import torch
     import vllm
 
     from core import RAY_NODE_ENV, use_ray_node_env
+    from deployments.cores import NATIVE_BF16_FLAGS, cpu_flags
 
     use_ray_node_env()  # what local_serve's Ray will read
     haproxy = os.environ.get("RAY_SERVE_ENABLE_HA_PROXY") == "1"
     return {"cpus": os.cpu_count(), "platform": platform.platform(),
             "python": platform.python_version(), "vllm": vllm.__version__,
             "torch": torch.__version__, "load_avg_at_start": os.getloadavg(),
+            "native_bf16": sorted(cpu_flags() & NATIVE_BF16_FLAGS),  # none: engines in float32
             "serve_frontend": "HAProxy, direct ingress" if haproxy else "Serve proxy actor",
             "ray_node_env": {k: os.environ.get(k) for k in RAY_NODE_ENV}}
 

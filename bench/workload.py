@@ -11,6 +11,7 @@ every configuration generates the same number of tokens for the same job.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from dataclasses import dataclass
@@ -70,3 +71,44 @@ def jobs(workload: str, model: str, seed: int = 0, route: str = "auto") -> Itera
                       {**body, "messages": [{"role": "user", "content": p["prompt"]}]}, task)
         else:
             yield Job("/v1/completions", {**body, "prompt": p["prompt"]}, task)
+
+
+def vllm_custom_rows(workload: str, n: int, seed: int = 1) -> list[dict]:
+    """The first `n` completion jobs of `workload` (chat-endpoint jobs skipped) as vLLM's custom
+    benchmark dataset rows {"prompt", "output_tokens"}: what `vllm bench serve --dataset-name
+    custom --custom-output-len -1 --skip-chat-template` sends to `/v1/completions`. With
+    workload "code" and seed 1 these are the prompts and lengths of `bench.run`'s code@c1 cell.
+
+    Raises:
+        ValueError: unknown workload.
+    """
+    rows: list[dict] = []
+    for job in itertools.islice(jobs(workload, "-", seed), 100 * n):  # "chat" has none
+        if len(rows) == n:
+            break
+        if job.path == "/v1/completions":
+            rows.append({"prompt": job.body["prompt"], "output_tokens": job.body["max_tokens"]})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m bench.workload --workload code -n 64 --out F`: writes vLLM's custom dataset."""
+    import argparse
+
+    p = argparse.ArgumentParser(description="Writes a workload's completion jobs as a JSONL file "
+                                "for `vllm bench serve --dataset-name custom`.")
+    p.add_argument("--workload", choices=WORKLOADS, default="code")
+    p.add_argument("-n", "--num-prompts", type=int, default=64)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args(argv)
+    rows = vllm_custom_rows(args.workload, args.num_prompts, args.seed)
+    tmp = args.out.with_name(args.out.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tmp.replace(args.out)
+    print(f"wrote {len(rows)} prompts to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

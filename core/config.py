@@ -119,7 +119,9 @@ class ModelConfig(Strict):
                                    description="Model id clients send as `model` and see in /v1/models.")
     max_model_len: int = Field(1024, gt=0, description="Context length in tokens (prompt + output).")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="Weights and activations dtype passed to vLLM.")
+        "auto", description="Weights and activations dtype passed to vLLM. On CPU, `auto` "
+        "means float32 on a node whose CPU has no native bfloat16 (AVX512-BF16, AMX-BF16; "
+        "deployments/cores.py `cpu_auto_dtype`), vLLM's own choice elsewhere.")
 
 
 class RouterConfig(Strict):

@@ -2,12 +2,13 @@
 
 import itertools
 import json
+from pathlib import Path
 
 import pytest
 
 from bench.report import write_report
 from bench.summary import acceptance, percentile
-from bench.workload import MEAN_OUTPUT_TOKENS, TEMPERATURE, jobs
+from bench.workload import MEAN_OUTPUT_TOKENS, TEMPERATURE, jobs, main, vllm_custom_rows
 
 
 def test_workload_is_seeded_and_mixes_every_task():
@@ -29,6 +30,18 @@ def test_code_workload_is_code_completions_only():
         ("code", "/v1/completions", "vanilla")}
     with pytest.raises(ValueError, match="workload"):
         next(jobs("poetry", "m"))
+
+
+def test_the_vllm_custom_dataset_is_the_code_cells_prompts(tmp_path):
+    rows = vllm_custom_rows("code", 8)
+    cell = list(itertools.islice(jobs("code", "m", 1), 8))  # bench.run's code@c1 prompts
+    assert rows == [{"prompt": j.body["prompt"], "output_tokens": j.body["max_tokens"]}
+                    for j in cell]
+    assert main(["--workload", "code", "-n", "8", "--out", str(tmp_path / "c.jsonl")]) == 0
+    assert [json.loads(x) for x in (tmp_path / "c.jsonl").read_text().splitlines()] == rows
+    committed = (Path(__file__).parents[2] / "bench/prompts/vllm-code.jsonl").read_text()
+    committed = committed.splitlines()
+    assert [json.loads(x) for x in committed[:8]] == rows  # README's command reads this file
 
 
 def test_percentile_interpolates_like_numpy():

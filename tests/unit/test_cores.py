@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from deployments.cores import CORES_DIR_ENV, CoreLease, NoFreeCores
+from deployments.cores import (CORES_DIR_ENV, CoreLease, NoFreeCores, cpu_auto_dtype,
+                               cpu_flags)
 
 
 @pytest.fixture
@@ -46,3 +47,16 @@ def test_a_killed_holder_frees_its_cores(cores_dir):
     holder.kill()
     holder.wait()
     assert CoreLease.acquire(2, "new", allowed={0, 1}).cores == [0, 1]
+
+
+def test_dtype_auto_is_float32_on_a_cpu_without_native_bfloat16():
+    # /proc/cpuinfo of this project's 2-core AMD EPYC (AVX2 only), shortened; and an AVX-512 one
+    avx2 = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse4_2 avx avx2 fma\n"
+    bf16 = avx2.replace("avx2 fma", "avx2 fma avx512f avx512_bf16")
+    arm = "processor\t: 0\nFeatures\t: fp asimd sve bf16\n"
+    assert cpu_flags(avx2) == {"fpu", "sse4_2", "avx", "avx2", "fma"}
+    assert cpu_auto_dtype(cpu_flags(avx2)) == "float32"
+    assert cpu_auto_dtype(cpu_flags(bf16)) == "auto"
+    assert cpu_auto_dtype(cpu_flags(arm)) == "auto"
+    assert cpu_flags("no flags here") == set()
+    assert cpu_auto_dtype() in ("auto", "float32")  # this machine's own /proc/cpuinfo
