@@ -358,14 +358,14 @@ def _save(results: dict, out: Path) -> None:
 
 def _machine() -> dict:
     """The machine (with its native bfloat16 flags: none means the CPU engines ran float32,
-    deployments/cores.py), the stack's versions and Ray's node environment (`core.RAY_NODE_ENV`,
+    core/cpu.py), the stack's versions and Ray's node environment (`core.RAY_NODE_ENV`,
     or what the caller's environment set instead: `RAY_SERVE_ENABLE_HA_PROXY=0
     RAY_SERVE_THROUGHPUT_OPTIMIZED=0 python -m bench.run` measures behind Serve's proxy actor)."""
     import torch
     import vllm
 
     from core import RAY_NODE_ENV, use_ray_node_env
-    from deployments.cores import NATIVE_BF16_FLAGS, cpu_flags
+    from core.cpu import NATIVE_BF16_FLAGS, cpu_flags
 
     use_ray_node_env()  # what local_serve's Ray will read
     haproxy = os.environ.get("RAY_SERVE_ENABLE_HA_PROXY") == "1"

@@ -121,7 +121,7 @@ class ModelConfig(Strict):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="Weights and activations dtype passed to vLLM. On CPU, `auto` "
         "means float32 on a node whose CPU has no native bfloat16 (AVX512-BF16, AMX-BF16; "
-        "deployments/cores.py `cpu_auto_dtype`), vLLM's own choice elsewhere.")
+        "core/cpu.py `cpu_auto_dtype`), vLLM's own choice elsewhere.")
 
 
 class RouterConfig(Strict):

@@ -40,37 +40,6 @@ class NoFreeCores(RuntimeError):
     """Fewer free cores on this node than the replica needs (every other one is leased)."""
 
 
-# CPU flags of a native bfloat16 matmul path (x86: AVX512-BF16, AMX-BF16; Arm: BF16). Without
-# one, bfloat16 is emulated: on this project's 2-core AMD EPYC (AVX2 only) vLLM's `dtype: auto`
-# picked bfloat16 for the tiny target and decoded 535 / 616 tok/s at batch 16 / 64 against
-# 1418 / 2457 in float32 (one core, eager, 128 tokens, 2026-12-04; 152 vs 160 at batch 1).
-NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
-
-
-def cpu_flags(cpuinfo: str | None = None) -> set[str]:
-    """The CPU's feature flags (`flags` on x86, `Features` on Arm) from /proc/cpuinfo (or the
-    given text); empty where it cannot be read."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return set()
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return set(value.split())
-    return set()
-
-
-def cpu_auto_dtype(flags: set[str] | None = None) -> str:
-    """What a CPU engine's `dtype: auto` should mean on this node: "auto" (vLLM's choice,
-    bfloat16 for a bfloat16 checkpoint) where the CPU has a native bfloat16 path
-    (`NATIVE_BF16_FLAGS`), else "float32" (emulated bfloat16 runs 2.7-4x slower at batch 16-64,
-    measured above)."""
-    flags = cpu_flags() if flags is None else flags
-    return "auto" if flags & NATIVE_BF16_FLAGS else "float32"
-
-
 def cores_dir() -> Path:
     """Where the per-core lock files live: `$SPECSERVE_CORES_DIR`, else `<tmp>/specserve-cores`."""
     return Path(os.environ.get(CORES_DIR_ENV) or Path(tempfile.gettempdir()) / "specserve-cores")

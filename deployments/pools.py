@@ -26,10 +26,11 @@ from vllm.v1.metrics.reader import get_metrics_snapshot
 from core import (PUSH_PERIOD_S, CaptureConfig, EngineStats, ModelConfig, PoolConfig,
                   SpeculativePoolConfig, StepTimeModel, busy_window_samples, resolve_path,
                   use_serve_log_handlers)
+from core.cpu import cpu_auto_dtype
 from core.rollout import CANARY_ENV, parse_canary, speculator_fingerprint
 from core.stats import BUSY_METRIC, MEMORY_BOUND_METRIC, WAITING_METRIC
 from deployments.capture import CaptureRecorder, install_capture
-from deployments.cores import SHARE_CORES_ENV, CoreLease, NoFreeCores, cpu_auto_dtype
+from deployments.cores import SHARE_CORES_ENV, CoreLease, NoFreeCores
 from deployments.engine_args import check_engine_kwargs
 from deployments.engine_metrics import export_engine_metrics
 from deployments.profile import profile_batches, profile_step_times

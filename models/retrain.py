@@ -37,6 +37,7 @@ import torch
 
 from core import ConfigError, SpecserveConfig, load_config, resolve_path
 from core.capture_store import read_capture
+from core.cpu import served_dtype
 from models.manifest import atomic_dir, write_json
 
 REPORT_NAME = "report.json"
@@ -270,11 +271,13 @@ def retrain(cfg: SpecserveConfig, params: RetrainParams, out_root: Path | None =
             captured = held_prompts[:params.vllm_prompts]
             lab = _lab_prompts(target_dir, params.vllm_prompts)
 
+            # the dtype the speculative pool serves in on a node like this one (core/cpu.py)
+            dtype = served_dtype(cfg.model.dtype, cfg.speculative.accelerator)
+
             def measure(head: Path, prompts: list[list[int]]) -> float:
-                return vllm_acceptance(target_dir, head, k, prompts, params.output_len,
-                                       cfg.model.dtype)
+                return vllm_acceptance(target_dir, head, k, prompts, params.output_len, dtype)
             report["vllm"] = {
-                "dtype": cfg.model.dtype,
+                "dtype": dtype,
                 "captured_heldout": {"serving": measure(serving, captured),
                                      "candidate": measure(staged, captured),
                                      "prompts": len(captured)},

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from deployments.cores import (CORES_DIR_ENV, CoreLease, NoFreeCores, cpu_auto_dtype,
-                               cpu_flags)
+from core.cpu import cpu_auto_dtype, cpu_flags, served_dtype
+from deployments.cores import CORES_DIR_ENV, CoreLease, NoFreeCores
 
 
 @pytest.fixture
@@ -60,3 +60,6 @@ def test_dtype_auto_is_float32_on_a_cpu_without_native_bfloat16():
     assert cpu_auto_dtype(cpu_flags(arm)) == "auto"
     assert cpu_flags("no flags here") == set()
     assert cpu_auto_dtype() in ("auto", "float32")  # this machine's own /proc/cpuinfo
+    assert served_dtype("auto", "cpu") == cpu_auto_dtype()
+    assert served_dtype("auto", "nvidia-h100") == "auto"
+    assert served_dtype("bfloat16", "cpu") == "bfloat16"
