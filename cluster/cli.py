@@ -37,6 +37,7 @@ import time
 from cluster.kube import cli as kube_cli
 from cluster.engine_reaper import engine_processes, reap
 from cluster.image import main as image_main
+from cluster.ports import taken_ports
 from core import DEFAULT_CONFIG_PATH, ConfigError, load_config, use_ray_node_env
 
 APP_NAME = "specserve"
@@ -64,6 +65,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     # tensor-parallel rank (the cores it owns, deployments/cores.py), the ingress none.
     if not args.address:
         use_ray_node_env(cfg.server.port)
+        taken = taken_ports(local_ports(cfg.server.host, cfg.server.port))
+        if taken:
+            print("specserve: " + "; ".join(taken) + ". An haproxy or Ray left by a run that was "
+                  "killed keeps its ports (`ss -ltnp`): stop it, or set server.port in the "
+                  "config.", file=sys.stderr)
+            return 2
     ray.init(address=args.address, num_cpus=None if args.address else node_cores(),
              include_dashboard=False)
     serve.start(http_options={"host": cfg.server.host, "port": cfg.server.port})
@@ -100,6 +107,18 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             print(f"specserve: {len(killed)} vLLM engine processes outlived their replicas; "
                   f"killed {killed}", file=sys.stderr, flush=True)
     return 0
+
+
+def local_ports(host: str, port: int) -> dict[str, tuple[str, int]]:
+    """The TCP ports a local `specserve serve` listens on: Serve's HTTP port (`server.port`) and,
+    under the HAProxy frontend, HAProxy's stats and metrics ports (`core.haproxy_ports_env`; read
+    from this process's environment, as the raylet reads them)."""
+    ports = {"server.port": (host, port)}
+    if os.environ.get("RAY_SERVE_ENABLE_HA_PROXY") == "1":
+        for name in ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT"):
+            if os.environ.get(name, "").isdigit():
+                ports[name] = ("0.0.0.0", int(os.environ[name]))  # HAProxy binds every interface
+    return ports
 
 
 class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):

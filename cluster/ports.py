@@ -1,0 +1,47 @@
+"""Whether a local `specserve serve` can have the ports it is about to listen on.
+
+Under Ray Serve's HAProxy frontend (the default, `core.RAY_NODE_ENV`) a port someone else holds
+does not fail Ray's start: HAProxy fails to bind in the background and the application never
+answers. An haproxy left by a Ray that was killed (SIGKILL) keeps its ports, so a second
+`make serve` on the same machine would otherwise just hang; this check names the holder first.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+
+import psutil
+
+
+def port_holder(host: str, port: int) -> str | None:
+    """None when `host:port` (TCP) can be bound now; else who holds it: "name (pid N)" when the
+    kernel tells (psutil: needs the right to read the other process), "another process" if not.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no holder
+        try:
+            s.bind((host, port))
+            return None
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE:
+                raise
+    try:
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port \
+                    and conn.pid:
+                return f"{psutil.Process(conn.pid).name()} (pid {conn.pid})"
+    except (psutil.Error, OSError):
+        pass
+    return "another process"
+
+
+def taken_ports(ports: dict[str, tuple[str, int]]) -> list[str]:
+    """One line per port of `ports` ({what: (host, port)}) that something else holds."""
+    out = []
+    for what, (host, port) in ports.items():
+        holder = port_holder(host, port)
+        if holder:
+            out.append(f"{what} {host}:{port} is held by {holder}")
+    return out
