@@ -1,9 +1,10 @@
 """Whether a local `specserve serve` can have the ports it is about to listen on.
 
-Under Ray Serve's HAProxy frontend (the default, `core.RAY_NODE_ENV`) a port someone else holds
-does not fail Ray's start: HAProxy fails to bind in the background and the application never
-answers. An haproxy left by a Ray that was killed (SIGKILL) keeps its ports, so a second
-`make serve` on the same machine would otherwise just hang; this check names the holder first.
+Under Ray Serve's HAProxy frontend (the default, `core.RAY_NODE_ENV`) HAProxy is started by
+Serve in the background, and an haproxy left by a Ray that was killed (SIGKILL) keeps its ports:
+the likeliest cause of the CI failures that made the frontend opt-in on 2026-12-04 (README,
+"Serve's frontend"). This check names the holder before any Ray starts, instead of leaving the
+failure to surface later from inside Serve.
 """
 
 from __future__ import annotations
