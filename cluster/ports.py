@@ -1,6 +1,6 @@
 """Whether a local `specserve serve` can have the ports it is about to listen on.
 
-Under Ray Serve's HAProxy frontend (the default, `core.RAY_NODE_ENV`) HAProxy is started by
+Under Ray Serve's HAProxy frontend (opt-in, `core.RAY_NODE_ENV`) HAProxy is started by
 Serve in the background, and an haproxy left by a Ray that was killed (SIGKILL) keeps its ports:
 the likeliest cause of the CI failures that made the frontend opt-in on 2026-12-04 (README,
 "Serve's frontend"). This check names the holder before any Ray starts, instead of leaving the

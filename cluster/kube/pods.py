@@ -42,9 +42,7 @@ def _env(kube: KubeConfig, keys: dict[str, str]) -> Doc:
     env = [{"name": MODELS_DIR_ENV, "value": kube.models_mount_path}]
     env += [{"name": k, "value": v} for k, v in RAY_NODE_ENV.items()]
     doc = ("`${models}` in model paths expands to this folder. A dead Ray worker's process group "
-           "is killed with it (no orphaned vLLM engine holding memory). Ray Serve's "
-           "high-throughput mode: HAProxy in place of the Python proxy, direct ingress, gRPC "
-           "between replicas (core/config.py RAY_NODE_ENV).")
+           "is killed with it (no orphaned vLLM engine holding memory).")
     for name, key in keys.items():
         env.append({"name": name, "valueFrom": Doc(
             f"The {'admin' if key == kube.admin_api_keys_secret_key else 'API'} keys "
