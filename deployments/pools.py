@@ -26,7 +26,7 @@ from vllm.v1.metrics.reader import get_metrics_snapshot
 from core import (PUSH_PERIOD_S, CaptureConfig, EngineStats, ModelConfig, PoolConfig,
                   SpeculativePoolConfig, StepTimeModel, busy_window_samples, resolve_path,
                   use_serve_log_handlers)
-from core.cpu import cpu_auto_dtype
+from core.cpu import served_dtype
 from core.rollout import CANARY_ENV, parse_canary, speculator_fingerprint
 from core.stats import BUSY_METRIC, MEMORY_BOUND_METRIC, WAITING_METRIC
 from deployments.capture import CaptureRecorder, install_capture
@@ -86,12 +86,12 @@ class PoolServer(LLMServer):
                 if os.environ.get(SHARE_CORES_ENV) != "1":
                     raise
                 logger.warning("%s; %s=1: running unbound on shared cores", e, SHARE_CORES_ENV)
-            if llm_config.engine_kwargs.get("dtype", "auto") == "auto":
-                dtype = cpu_auto_dtype()  # this node's CPU, where the engine runs
-                if dtype != "auto":
-                    logger.info("%s replica %s: dtype auto -> %s (no native bfloat16 on this "
-                                "CPU)", pool, self._replica_id, dtype)
-                    llm_config = with_engine_kwargs(llm_config, dtype=dtype)
+            configured = llm_config.engine_kwargs.get("dtype", "auto")
+            dtype = served_dtype(configured, "cpu")  # this node's CPU, where the engine runs
+            if dtype != configured:
+                logger.info("%s replica %s: dtype auto -> %s (no native bfloat16 on this CPU)",
+                            pool, self._replica_id, dtype)
+                llm_config = with_engine_kwargs(llm_config, dtype=dtype)
         llm_config = self._with_canary(llm_config, ctx)
         speculative_config = llm_config.engine_kwargs.get("speculative_config")
         self._fingerprint = speculator_fingerprint(pool, speculative_config, vllm.__version__)
