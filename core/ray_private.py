@@ -25,6 +25,9 @@ load vLLM.
   `_asyncio_loop` is the loop every handle's router runs on (cluster/batch/app.py).
 - `get_global_client`: `ray.serve.context._get_global_client`; its `get_serve_details` and
   `deploy_apps` (the declarative apply, which `serve.run` lacks: deployments/deploy.py).
+- `LongPollClient`: `ray.serve._private.long_poll.LongPollClient`, the loop by which every handle's
+  router follows the controller; its `stop()` and `is_running` (cluster/batch/app.py stops them all
+  before `ray.shutdown()`: one still polling would auto-connect to a Ray that is gone).
 - `QUEUE_LEN_PROBE`: the qualname of `RunningReplica.get_queue_len` in
   `ray.serve._private.request_router.replica_wrapper`, the probe a handle sends a replica before
   a request (cluster/batch/app.py).
@@ -52,6 +55,7 @@ _SYMBOLS = {  # name here -> (module, name there)
                                          "_sanitize_chat_completion_request"),
     "SingletonThreadRouter": ("ray.serve._private.router", "SingletonThreadRouter"),
     "get_global_client": ("ray.serve.context", "_get_global_client"),
+    "LongPollClient": ("ray.serve._private.long_poll", "LongPollClient"),
 }
 # Serve's handle runs this coroutine per replica before sending it a request.
 QUEUE_LEN_PROBE = "RunningReplica.get_queue_len"

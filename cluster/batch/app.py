@@ -11,6 +11,7 @@ and deletes it in turn. The name says who owns it, so nothing else needs to reme
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import socket
 import time
@@ -20,7 +21,7 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from core import Route, SpecserveConfig, use_ray_node_env
-from core.ray_private import QUEUE_LEN_PROBE, SingletonThreadRouter
+from core.ray_private import QUEUE_LEN_PROBE, LongPollClient, SingletonThreadRouter
 from deployments.app import build_app_from_config
 from deployments.cores import node_cores
 
@@ -133,28 +134,45 @@ def _pool_handles(app: str) -> dict[Route, DeploymentHandle]:
 
 # Serve's handle probes a replica's queue length before sending it a request (QUEUE_LEN_PROBE); a
 # probe orphaned by a cancelled row still runs on Serve's router loop, and `ray.shutdown()` under it
-# makes its `ray.cancel` auto-connect to a Ray that is gone and log a traceback.
+# makes its `ray.cancel` auto-connect to a Ray that is gone and log a traceback. The routers'
+# long-poll clients do the same when an update reaches them after `ray.shutdown()` (the next
+# `listen_for_change.remote`): `handle.shutdown()` leaves the one the handles share running
+# (ray 2.60, SharedRouterLongPollClient), so they are stopped here too (CI run of 2026-12-05).
 PROBES_WAIT_S = 2.0  # above Serve's largest probe deadline (1 s by default)
 
 
+def _stop_long_poll_clients() -> int:
+    """Stops every Serve long-poll client in this process (the routers' and the shared one);
+    returns how many were running. Run on the router loop, so none is between its `is_running`
+    check and its next poll."""
+    stopped = 0
+    for obj in gc.get_objects():
+        if isinstance(obj, LongPollClient) and obj.is_running:
+            obj.stop()
+            stopped += 1
+    return stopped
+
+
 def settle_handles(handles: dict[Route, DeploymentHandle], wait_s: float = PROBES_WAIT_S) -> None:
-    """Shuts the pools' handles down and waits, at most `wait_s` seconds, for the queue-length
-    probes still running on Serve's router loop, so that `ray.shutdown()` cancels none of them.
-    Call it after the last request and before `ray.shutdown()`."""
+    """Shuts the pools' handles down, waits, at most `wait_s` seconds, for the queue-length
+    probes still running on Serve's router loop, and stops the routers' long-poll clients, so
+    that `ray.shutdown()` leaves nothing on that loop that would reconnect to Ray. Call it after
+    the last request and before `ray.shutdown()`; the handles serve no request after it."""
     for handle in handles.values():
         handle.shutdown()
     loop = SingletonThreadRouter._asyncio_loop
     if loop is None or not loop.is_running():
         return
 
-    async def probes_done() -> None:
+    async def settle() -> None:
         probes = [t for t in asyncio.all_tasks()
                   if getattr(t.get_coro(), "__qualname__", "") == QUEUE_LEN_PROBE]
         if probes:
             await asyncio.wait(probes, timeout=wait_s)
+        _stop_long_poll_clients()
 
     try:
-        asyncio.run_coroutine_threadsafe(probes_done(), loop).result(wait_s + 1.0)
+        asyncio.run_coroutine_threadsafe(settle(), loop).result(wait_s + 2.0)
     except (TimeoutError, RuntimeError):  # probes past their deadline, or the loop stopped
         pass
 

@@ -421,6 +421,35 @@ def test_ordered_output_follows_the_input(first_run, head, config_path, tmp_path
     assert [r["custom_id"] for r in read_output(out)] == [r["custom_id"] for r in rows]
 
 
+SETTLE_DRIVER = """
+import gc, ray
+from cluster.batch.app import _pool_handles, settle_handles
+from core.ray_private import LongPollClient
+ray.init(log_to_driver=False)
+handles = _pool_handles("specserve-batch")
+for handle in handles.values():
+    handle.options(stream=False).requests_in_engine.remote().result(timeout_s=60)
+def polling():
+    return sum(o.is_running for o in gc.get_objects() if isinstance(o, LongPollClient))
+print("polling before", polling(), flush=True)
+settle_handles(handles)
+print("polling after", polling(), flush=True)
+ray.shutdown()
+"""
+
+
+def test_settled_handles_leave_nothing_polling_before_ray_shutdown(first_run, head):
+    """The driver's exit path (cluster/batch/app.py `settle_handles`): after it no Serve long-poll
+    client of the process still runs, so none reconnects to Ray after `ray.shutdown()` (the CI run
+    of 2026-12-05 printed such a traceback at the end of a disk-full job)."""
+    proc = head.run(SETTLE_DRIVER)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    said = dict(line.rsplit(" ", 1) for line in proc.stdout.splitlines()
+                if line.startswith("polling "))
+    assert int(said["polling before"]) >= 1, proc.stdout  # the handles' routers follow the app
+    assert said["polling after"] == "0", proc.stdout
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+
 def driver_pid(output: Path) -> int | None:
     """The python process of the batch driver writing `output` (not its /bin/sh parent)."""
     for entry in os.listdir("/proc"):

@@ -55,6 +55,9 @@ def test_the_shapes_used():
         "request"]
     # The handles' router loop and the declarative apply.
     assert hasattr(ray_private.SingletonThreadRouter, "_asyncio_loop")
+    # The routers' long-poll loop: stop() clears is_running, which _poll_next checks.
+    assert "self.is_running = False" in inspect.getsource(ray_private.LongPollClient.stop)
+    assert "if not self.is_running" in inspect.getsource(ray_private.LongPollClient._poll_next)
     from ray.serve._private.client import ServeControllerClient
     for method in ("get_serve_details", "deploy_apps"):
         assert callable(getattr(ServeControllerClient, method)), method
