@@ -359,8 +359,9 @@ def _save(results: dict, out: Path) -> None:
 def _machine() -> dict:
     """The machine (with its native bfloat16 flags: none means the CPU engines ran float32,
     core/cpu.py), the stack's versions and Ray's node environment (`core.RAY_NODE_ENV`,
-    or what the caller's environment set instead: `RAY_SERVE_ENABLE_HA_PROXY=0
-    RAY_SERVE_THROUGHPUT_OPTIMIZED=0 python -m bench.run` measures behind Serve's proxy actor)."""
+    plus what the caller's environment set: `RAY_SERVE_ENABLE_HA_PROXY=1
+    RAY_SERVE_THROUGHPUT_OPTIMIZED=1 RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=1 python -m bench.run`
+    measures behind HAProxy; by default Serve's proxy actor)."""
     import torch
     import vllm
 

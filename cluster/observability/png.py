@@ -59,9 +59,10 @@ def _with_gaps(points: list[tuple[float, float]], step_s: float) -> list[tuple[f
 
 
 def render_panel(url: str, panel: Panel, out: Path, start: float, end: float,
-                 step_s: float) -> int:
-    """Draws one panel to `out`; returns how many series it drew."""
-    window = f"{max(60, round(4 * step_s))}s"
+                 step_s: float, window_s: float | None = None) -> int:
+    """Draws one panel to `out`; returns how many series it drew. `window_s`: the rate window
+    in seconds (default the larger of 60 s and 4 steps)."""
+    window = f"{round(window_s or max(60, 4 * step_s))}s"
     scale, unit = _SCALE.get(panel.unit, (1.0, ""))
     fig, ax = plt.subplots(figsize=(8, 3.6))
     drawn = 0
@@ -88,11 +89,12 @@ def render_panel(url: str, panel: Panel, out: Path, start: float, end: float,
 
 
 def render(url: str, out_dir: Path, start: float, end: float, step_s: float | None = None,
-           ) -> dict[str, int]:
-    """Every main panel to `out_dir/<key>.png`; returns {key: series drawn}."""
+           window_s: float | None = None) -> dict[str, int]:
+    """Every main panel to `out_dir/<key>.png`; returns {key: series drawn}. `window_s`: as
+    for `render_panel`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     step = step_s or max(5.0, (end - start) / 240)
-    return {p.key: render_panel(url, p, out_dir / f"{p.key}.png", start, end, step)
+    return {p.key: render_panel(url, p, out_dir / f"{p.key}.png", start, end, step, window_s)
             for p in panels() if p.main}
 
 

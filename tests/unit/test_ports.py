@@ -32,7 +32,8 @@ def test_a_held_port_names_its_holder_and_a_free_one_is_none():
 
 def test_serve_refuses_a_held_port_before_starting_ray(tmp_path, capsys, monkeypatch):
     for name in [*RAY_NODE_ENV, *haproxy_ports_env(0)]:  # serve sets them: restored after
-        monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv(name, "")  # recorded, so restored (or removed) after the test
+        monkeypatch.delenv(name)
     with _listening() as s:
         port = s.getsockname()[1]
         data = yaml.safe_load(DEFAULT_CONFIG_PATH.read_text())
