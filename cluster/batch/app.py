@@ -141,16 +141,13 @@ def _pool_handles(app: str) -> dict[Route, DeploymentHandle]:
 PROBES_WAIT_S = 2.0  # above Serve's largest probe deadline (1 s by default)
 
 
-def _stop_long_poll_clients() -> int:
-    """Stops every Serve long-poll client in this process (the routers' and the shared one);
-    returns how many were running. Run on the router loop, so none is between its `is_running`
-    check and its next poll."""
-    stopped = 0
+def _stop_long_poll_clients() -> None:
+    """Stops every Serve long-poll client in this process (the routers' and the shared one), for
+    good: call once, at exit. Run on the router loop, so none is between its `is_running` check
+    and its next poll."""
     for obj in gc.get_objects():
-        if isinstance(obj, LongPollClient) and obj.is_running:
+        if isinstance(obj, LongPollClient):
             obj.stop()
-            stopped += 1
-    return stopped
 
 
 def settle_handles(handles: dict[Route, DeploymentHandle], wait_s: float = PROBES_WAIT_S) -> None:

@@ -450,6 +450,7 @@ def test_settled_handles_leave_nothing_polling_before_ray_shutdown(first_run, he
     assert said["polling after"] == "0", proc.stdout
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
 
+
 def driver_pid(output: Path) -> int | None:
     """The python process of the batch driver writing `output` (not its /bin/sh parent)."""
     for entry in os.listdir("/proc"):

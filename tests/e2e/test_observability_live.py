@@ -33,8 +33,9 @@ from tests.prometheus import LocalPrometheus, missing, panel_queries, wait_sane
 pytestmark = [pytest.mark.serve,
               pytest.mark.skipif(missing("prometheus") is not None,
                                  reason=missing("prometheus") or "")]
+# Rate window of the panels here: covers the traffic and Ray's 10 s refresh.
 WINDOW_S = 180
-WINDOW = f"{WINDOW_S // 60}m"  # rate window of the panels here: covers the traffic and Ray's 10 s refresh
+WINDOW = f"{WINDOW_S // 60}m"
 SETTLE_S = 120  # Ray's export lags the traffic by up to ~10-20 s
 MAX_TOKENS = 24
 CAP = 32  # tests/session_app.py MAX_IN_FLIGHT_PER_REPLICA: one replica per pool
