@@ -67,9 +67,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         use_ray_node_env(cfg.server.port)
         taken = taken_ports(local_ports(cfg.server.host, cfg.server.port))
         if taken:
-            print("specserve: " + "; ".join(taken) + ". An haproxy or Ray left by a run that was "
-                  "killed keeps its ports (`ss -ltnp`): stop it, or set server.port in the "
-                  "config.", file=sys.stderr)
+            held = any(" is held by " in line for line in taken)
+            print("specserve: " + "; ".join(taken) + (
+                ". An haproxy or Ray left by a run that was killed keeps its ports (`ss -ltnp`): "
+                "stop it, or set server.port in the config." if held else
+                ". Set server.host and server.port in the config to an address of this "
+                "machine that you may bind."), file=sys.stderr)
             return 2
     ray.init(address=args.address, num_cpus=None if args.address else node_cores(),
              include_dashboard=False)
