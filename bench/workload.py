@@ -80,14 +80,18 @@ def vllm_custom_rows(workload: str, n: int, seed: int = 1) -> list[dict]:
     workload "code" and seed 1 these are the prompts and lengths of `bench.run`'s code@c1 cell.
 
     Raises:
-        ValueError: unknown workload.
+        ValueError: unknown workload, or fewer than `n` completion jobs in its first 100·n
+            (jobs for `/v1/chat/completions` are skipped: this dataset does not carry them).
     """
     rows: list[dict] = []
-    for job in itertools.islice(jobs(workload, "-", seed), 100 * n):  # "chat" has none
+    for job in itertools.islice(jobs(workload, "-", seed), 100 * n):
         if len(rows) == n:
             break
         if job.path == "/v1/completions":
             rows.append({"prompt": job.body["prompt"], "output_tokens": job.body["max_tokens"]})
+    if len(rows) < n:
+        raise ValueError(f"workload: {workload!r} gave {len(rows)} completion prompts of the "
+                         f"{n} asked in its first {100 * n} jobs (chat-endpoint jobs are skipped)")
     return rows
 
 
@@ -102,7 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
-    rows = vllm_custom_rows(args.workload, args.num_prompts, args.seed)
+    try:
+        rows = vllm_custom_rows(args.workload, args.num_prompts, args.seed)
+    except ValueError as e:
+        p.error(f"--{e}")
     tmp = args.out.with_name(args.out.name + ".tmp")
     tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
     tmp.replace(args.out)

@@ -42,6 +42,25 @@ def test_the_vllm_custom_dataset_is_the_code_cells_prompts(tmp_path):
     committed = (Path(__file__).parents[2] / "bench/prompts/vllm-code.jsonl").read_text()
     committed = committed.splitlines()
     assert [json.loads(x) for x in committed[:8]] == rows  # README's command reads this file
+    # and all of it: the file is the first 64 rows of the code workload (seed 1)
+    assert [json.loads(x) for x in committed] == vllm_custom_rows("code", len(committed))
+    assert len(committed) == 64
+
+
+def test_a_workload_without_completion_prompts_is_refused_naming_the_flag(tmp_path, capsys,
+                                                                         monkeypatch):
+    import bench.workload as workload
+
+    real = workload.jobs
+    monkeypatch.setattr(workload, "jobs", lambda *a, **k: (
+        j for j in real(*a, **k) if j.path == "/v1/chat/completions"))  # a chat-endpoint-only mix
+    with pytest.raises(ValueError, match="'chat' gave 0 completion prompts"):
+        vllm_custom_rows("chat", 4)
+    with pytest.raises(SystemExit) as e:
+        main(["--workload", "chat", "-n", "4", "--out", str(tmp_path / "c.jsonl")])
+    assert e.value.code == 2
+    assert "--workload: 'chat' gave 0 completion prompts" in capsys.readouterr().err
+    assert not (tmp_path / "c.jsonl").exists()
 
 
 def test_percentile_interpolates_like_numpy():
