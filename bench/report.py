@@ -153,8 +153,8 @@ def _mix(runs: list[dict]) -> dict:
 
 
 def _reasons(run: dict) -> str:
-    """One round's "route/reason n" counts (`specserve_requests_total`'s `reason` label), most first; "-" before runs
-    recorded them."""
+    """One round's "route/reason n" counts (`specserve_requests_total`'s `reason` label), most
+    first; "-" before runs recorded them."""
     got = sorted(run.get("route_reasons", {}).items(), key=lambda kv: -kv[1])
     return ", ".join(f"{k} {n}" for k, n in got) or "-"
 
