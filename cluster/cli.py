@@ -5,6 +5,8 @@
     specserve models build [...]         the model lab: target, draft, then EAGLE-3/Medusa heads
     specserve models heads|report [...]  heads only (models/heads.py); speculators report via vLLM
     specserve models widen [--k 32]      the weight-bound target, same function (models/widen.py)
+    specserve models quantize-draft      the lab's draft as an INT8 W8A8 compressed-tensors
+                                         checkpoint, draft-int8 (models/quantize.py)
     specserve render [...]               KubeRay manifests from a config (cluster/kube/cli.py)
     specserve cluster VERB [...]         apply / status / scale / upgrade / submit-batch / delete
     specserve batch --input F --output F offline generation over an OpenAI Batch API file
@@ -135,7 +137,7 @@ class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 def _models_parser() -> argparse.ArgumentParser:
     """`specserve models`: each action's flags and defaults are the lab entrypoint's own."""
-    from models import build, heads, speculators_report, widen
+    from models import build, heads, quantize, speculators_report, widen
 
     p = argparse.ArgumentParser(prog="specserve models", description="The model lab.")
     actions = p.add_subparsers(dest="action", required=True)
@@ -146,7 +148,9 @@ def _models_parser() -> argparse.ArgumentParser:
             ("report", speculators_report, "the speculators report through vLLM "
              "(models.speculators_report)"),
             ("widen", widen, "the weight-bound target: the trained one with each MLP unit copied "
-             "k times, the same function (models.widen)")):
+             "k times, the same function (models.widen)"),
+            ("quantize-draft", quantize, "the lab's draft as an INT8 W8A8 compressed-tensors "
+             "checkpoint, what vLLM's CPU int8 kernel serves (models.quantize)")):
         a = actions.add_parser(name, help=helptext, description=helptext,
                                formatter_class=_DefaultsFormatter)
         module.add_arguments(a)
@@ -157,9 +161,10 @@ def _cmd_models(argv: list[str]) -> int:
     """`build`: target + draft (models.build, flags passed through), then the speculator heads
     (models.heads, defaults); `heads`: the heads only, flags passed through; `report`: the
     speculators report through vLLM (models.speculators_report); `widen`: the weight-bound target
-    (models.widen)."""
+    (models.widen); `quantize-draft`: the int8 draft (models.quantize)."""
     from models.build import main as build_main
     from models.heads import main as heads_main
+    from models.quantize import main as quantize_main
     from models.speculators_report import main as report_main
     from models.widen import main as widen_main
 
@@ -171,6 +176,8 @@ def _cmd_models(argv: list[str]) -> int:
         return report_main(flags)
     if args.action == "widen":
         return widen_main(flags)
+    if args.action == "quantize-draft":
+        return quantize_main(flags)
     return build_main(flags) or heads_main([])
 
 

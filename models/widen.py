@@ -68,8 +68,9 @@ def widen_state(state: dict[str, torch.Tensor], k: int) -> dict[str, torch.Tenso
     return out
 
 
-def _digest(src: Path) -> str:
-    """sha256 of the source's config.json and weights (what the widened model is a function of)."""
+def checkpoint_digest(src: Path) -> str:
+    """sha256 of a checkpoint's config.json and weights (what a model derived from it, widened
+    or quantized, is a function of)."""
     h = hashlib.sha256()
     for name in ("config.json", WEIGHTS):
         with open(src / name, "rb") as f:
@@ -94,7 +95,7 @@ def widen(src: Path, dst: Path, k: int = DEFAULT_K, force: bool = False) -> tupl
     for name in ("config.json", WEIGHTS):
         if not (src / name).is_file():
             raise FileNotFoundError(f"{src / name}: no lab target there (run `make models`)")
-    record = {"source": str(src), "source_digest": _digest(src), "k": k}
+    record = {"source": str(src), "source_digest": checkpoint_digest(src), "k": k}
     try:
         old = json.loads((dst / WIDEN_NAME).read_text())
     except (OSError, ValueError):
