@@ -182,13 +182,18 @@ def main(argv: list[str] | None = None) -> int:
                "engine": f"in-process, eager, dtype {dtype}, core {args.core}; best of "
                          f"{args.rounds} rounds x {args.repeats} runs",
                "wall_s": round(time.monotonic() - t0, 1)}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    report = markdown(results)
-    (args.out / "report.md").write_text(report + "\n")
-    print(report)
-    print(f"wrote {args.out}/results.json, report.md")
+    write_results(args.out, results, markdown(results))
     return 0 if same else 1
+
+
+def write_results(out: Path, results: dict, report: str) -> None:
+    """Writes `out`/results.json and `out`/report.md (folder made if absent) and prints the
+    report: the output of this benchmark and of bench/int8_draft.py."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out / "report.md").write_text(report + "\n")
+    print(report)
+    print(f"wrote {out}/results.json, report.md")
 
 
 def markdown(r: dict) -> str:

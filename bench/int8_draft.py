@@ -36,7 +36,7 @@ import json
 import time
 from pathlib import Path
 
-from bench.draft_length import prompts, run
+from bench.draft_length import prompts, run, write_results
 from core import models_dir
 from core.cpu import served_dtype
 from models.quantize import quantize_draft, tensor_bytes
@@ -136,12 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                "engine": f"in-process, eager, dtype {dtype}, core {args.core}; best of "
                          f"{args.rounds} rounds x {args.repeats} runs",
                "wall_s": round(time.monotonic() - t0, 1)}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    report = markdown(results)
-    (args.out / "report.md").write_text(report + "\n")
-    print(report)
-    print(f"wrote {args.out}/results.json, report.md")
+    write_results(args.out, results, markdown(results))
     return 0 if same else 1
 
 
