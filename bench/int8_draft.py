@@ -32,7 +32,6 @@ Prints and writes `DIR/results.json` and `DIR/report.md`.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
