@@ -142,6 +142,14 @@ def check_node_labels(labels: dict[str, str]) -> None:
         raise ValueError(f"node_labels: {e}") from None
 
 
+# An engine's busy-poll window on CPU (seconds; `PoolConfig.shm_busy_loop_s`): vLLM's 1 s keeps
+# a worker spinning its core for a second after every request (deployments/vllm_plugin).
+CPU_SHM_BUSY_LOOP_S = 0.002
+# The variable that carries it into the engine processes (the name vLLM PR #52814 proposes;
+# deployments/vllm_plugin's BUSY_LOOP_ENV, a separate distribution, spells it again).
+SHM_BUSY_LOOP_ENV = "VLLM_SHM_BROADCAST_BUSY_LOOP_S"
+
+
 class PoolConfig(Strict):
     """One pool of Serve replicas, each hosting one vLLM engine."""
 
@@ -157,11 +165,23 @@ class PoolConfig(Strict):
                                           "GPU memory vLLM may use.")
     enforce_eager: bool = Field(False, description="Skip torch.compile/graph capture: faster "
                                 "start, slower decode.")
+    shm_busy_loop_s: float | None = Field(
+        None, ge=0, allow_inf_nan=False, description="Seconds an engine process busy-polls "
+        "vLLM's shared-memory queue after each message before it sleeps on its socket "
+        "(VLLM_SHM_BROADCAST_BUSY_LOOP_S, applied by specserve's vLLM plugin). Unset: "
+        f"{CPU_SHM_BUSY_LOOP_S} on CPU, where an engine's core is shared with the serving "
+        "frontend, and vLLM's own 1 s on GPU.")
     profile_max_batch: int | None = Field(
         None, ge=0, description="Each replica measures its engine's step time at batch 1, 2, 4, ... "
         "up to this at start (a few seconds on the tiny models); the router's cost model starts "
         "from it. Unset: up to `max_num_seqs`, the whole range the engine can run. 0 skips the "
         "profile.")
+
+    def shm_busy_loop(self) -> float | None:
+        """The engine's shared-memory busy-poll window in seconds (None: vLLM's own)."""
+        if self.shm_busy_loop_s is not None:
+            return self.shm_busy_loop_s
+        return CPU_SHM_BUSY_LOOP_S if self.accelerator == "cpu" else None
 
     def profile_batch_limit(self) -> int:
         """Largest batch the startup profile measures (0: none)."""

@@ -27,6 +27,7 @@ from core import (PUSH_PERIOD_S, CaptureConfig, EngineStats, ModelConfig, PoolCo
                   SpeculativePoolConfig, StepTimeModel, busy_window_samples, resolve_path,
                   use_serve_log_handlers)
 from core.cpu import served_dtype
+from core.pool_config import SHM_BUSY_LOOP_ENV
 from core.rollout import CANARY_ENV, parse_canary, speculator_fingerprint
 from core.stats import BUSY_METRIC, MEMORY_BOUND_METRIC, WAITING_METRIC
 from deployments.capture import CaptureRecorder, install_capture
@@ -318,6 +319,8 @@ def llm_config(model: ModelConfig, pool: PoolConfig, deployment_config: dict | N
         # learns acceptance per task type from it.
         engine_kwargs.setdefault("per_request_spec_decode_metrics", "summary")
     env = {}
+    if pool.shm_busy_loop() is not None:  # read by specserve's vLLM plugin in each engine process
+        env[SHM_BUSY_LOOP_ENV] = repr(pool.shm_busy_loop())
     if pool.accelerator == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = str(pool.cpu_kvcache_space_gib)
         if _IOMP.is_file():

