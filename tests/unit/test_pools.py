@@ -52,3 +52,16 @@ def test_a_canary_replica_gets_the_candidate_in_the_engine_config_vllm_reads(tmp
     monkeypatch.setenv(CANARY_ENV, json.dumps({"replicas": 1}))
     with pytest.raises(ValueError, match=CANARY_ENV):
         PoolServer._with_canary(base, ctx(0))
+
+
+def test_cpu_engines_get_a_short_busy_poll_window_and_gpu_engines_keep_vllms():
+    from core.pool_config import CPU_SHM_BUSY_LOOP_S, SHM_BUSY_LOOP_ENV
+
+    env = _pool().runtime_env["env_vars"]
+    assert float(env[SHM_BUSY_LOOP_ENV]) == CPU_SHM_BUSY_LOOP_S
+    assert float(_pool(shm_busy_loop_s=1).runtime_env["env_vars"][SHM_BUSY_LOOP_ENV]) == 1.0
+    gpu = _pool(accelerator="gpu")
+    assert SHM_BUSY_LOOP_ENV not in gpu.runtime_env["env_vars"]
+    assert gpu.runtime_env["env_vars"] == {}
+    gpu = _pool(accelerator="gpu", shm_busy_loop_s=0.01)
+    assert gpu.runtime_env["env_vars"] == {SHM_BUSY_LOOP_ENV: "0.01"}

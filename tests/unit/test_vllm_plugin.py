@@ -1,0 +1,71 @@
+"""specserve's vLLM plugin, part 2 (deployments/vllm_plugin): the shared-memory queues' busy-poll
+window, from `VLLM_SHM_BROADCAST_BUSY_LOOP_S` to vLLM's `SpinCondition` readers."""
+
+import pytest
+import zmq
+from vllm.distributed.device_communicators import shm_broadcast
+from vllm.utils.network_utils import get_open_zmq_ipc_path
+
+import specserve_vllm_plugin as plugin
+from core.pool_config import SHM_BUSY_LOOP_ENV
+
+
+def test_the_variable_is_the_one_the_pools_set():
+    assert plugin.BUSY_LOOP_ENV == SHM_BUSY_LOOP_ENV
+
+
+@pytest.mark.parametrize("raw, want", [(None, None), ("", None), ("0", 0.0), ("0.002", 0.002),
+                                       ("1", 1.0)])
+def test_the_window_is_read_from_the_environment(raw, want):
+    env = {} if raw is None else {SHM_BUSY_LOOP_ENV: raw}
+    assert plugin.busy_loop_from_env(env) == want
+
+
+@pytest.mark.parametrize("raw", ["-1", "nan", "inf", "2ms"])
+def test_a_bad_window_names_the_variable(raw):
+    with pytest.raises(ValueError, match=f"{SHM_BUSY_LOOP_ENV}: expected seconds >= 0, got"):
+        plugin.busy_loop_from_env({SHM_BUSY_LOOP_ENV: raw})
+
+
+class Poller:
+    """Stands in for the reader's zmq poller: records that the reader slept instead of spinning."""
+
+    def __init__(self):
+        self.polls = []
+
+    def poll(self, timeout=None):
+        self.polls.append(timeout)
+        return []
+
+
+@pytest.fixture
+def reader(monkeypatch):
+    """A real `SpinCondition` reader (and its writer) just after a read; the plugin's state and
+    vLLM's `wait` are restored afterwards."""
+    monkeypatch.setattr(shm_broadcast.SpinCondition, "wait", shm_broadcast.SpinCondition.wait)
+    monkeypatch.setattr(plugin, "BUSY_LOOP_S", None)
+    ctx = zmq.Context()
+    address = get_open_zmq_ipc_path()
+    writer = shm_broadcast.SpinCondition(is_reader=False, context=ctx, notify_address=address)
+    spin = shm_broadcast.SpinCondition(is_reader=True, context=ctx, notify_address=address)
+    spin.poller = Poller()
+    spin.record_read()
+    yield spin
+    for s in (spin.local_notify_socket, spin.read_cancel_socket, spin.write_cancel_socket,
+              writer.local_notify_socket):
+        s.close(linger=0)
+    ctx.term()
+
+
+def test_vllm_spins_a_second_after_a_read(reader):
+    reader.wait(timeout_ms=5)
+    assert reader.poller.polls == []  # the sched_yield branch: vLLM's 1 s window
+
+
+def test_a_bounded_window_sleeps_on_the_socket_after_it(reader):
+    plugin.bound_shm_busy_loop(0.0)  # a reader made before the plugin ran is bounded too
+    reader.wait(timeout_ms=5)
+    assert reader.poller.polls == [5]
+    plugin.bound_shm_busy_loop(60.0)  # a later call changes the window
+    reader.wait(timeout_ms=5)
+    assert reader.poller.polls == [5]
