@@ -38,6 +38,16 @@ owns one core, the router and Serve's proxy take what is left), that spin is tak
 `VLLM_SHM_BROADCAST_BUSY_LOOP_S` (the variable vLLM PR #52814 proposes; seconds >= 0) sets the
 window on every platform; unset, vLLM's own stays. The pools set it from their config
 (`PoolConfig.shm_busy_loop_s`).
+
+3. INT8 W8A8 layers on CPUs with AMX. vLLM 0.32's `CPUInt8ScaledMMLinearKernel` sends an int8
+layer to its AMX ("SGL") kernel when `check_cpu_sgl_kernel(N, K, int8)` holds (`K % 32 == 0 and
+N % 16 == 0`, vllm/model_executor/layers/utils.py), but the packing op that kernel needs,
+`torch.ops._C.convert_weight_packed`, refuses an int8 weight whose N is not a multiple of 32
+("Expected N == BLOCK_N"), so the engine fails while loading: the lab's INT8 draft (merged
+gate/up projection N = 688) on an Intel Xeon with AMX, 2026-12-05. Measured here: int8 [384|672|
+704, 128] pack, [16|48|688, 128] fail. `register` tightens the check to what the packer takes
+(the other layers keep the AMX kernel; these go to the oneDNN kernel vLLM uses on CPUs without
+AMX), only where the stock check admits a shape the packer refuses.
 """
 
 from __future__ import annotations
@@ -133,9 +143,58 @@ def bound_shm_busy_loop(seconds: float) -> None:
     BUSY_LOOP_S = seconds
 
 
+INT8_PACK_N = 32  # an int8 weight's N must be a multiple of this for convert_weight_packed
+
+
+def int8_check_admits_unpackable() -> bool:
+    """Whether vLLM's `check_cpu_sgl_kernel` sends an int8 weight to the AMX kernel that
+    `convert_weight_packed` cannot pack (part 3 of the module docstring); False without AMX."""
+    from vllm.model_executor.layers.utils import check_cpu_sgl_kernel
+
+    n, k = INT8_PACK_N + 16, 32
+    if not check_cpu_sgl_kernel(n, k, torch.int8):
+        return False
+    try:
+        torch.ops._C.convert_weight_packed(torch.zeros(n, k, dtype=torch.int8))
+    except RuntimeError:
+        return True
+    return False
+
+
+def packable_check(original):
+    """`check_cpu_sgl_kernel` that also requires N % 32 == 0 for an int8 weight."""
+
+    def check_cpu_sgl_kernel(n: int, k: int, dtype: torch.dtype) -> bool:
+        if dtype == torch.int8 and n % INT8_PACK_N:
+            return False
+        return original(n, k, dtype)
+
+    check_cpu_sgl_kernel.__doc__ = original.__doc__
+    check_cpu_sgl_kernel.specserve = True
+    return check_cpu_sgl_kernel
+
+
+def fix_int8_amx_dispatch() -> bool:
+    """Part 3: where needed, makes vLLM's int8 scaled-mm kernel and its unquantized-linear
+    dispatch use the tightened check; returns whether it did (idempotent)."""
+    from vllm.model_executor.kernels.linear.scaled_mm import cpu as scaled_mm_cpu
+    from vllm.model_executor.layers import utils as layer_utils
+
+    if getattr(scaled_mm_cpu.check_cpu_sgl_kernel, "specserve", False):
+        return True
+    if not int8_check_admits_unpackable():
+        return False
+    for module in (scaled_mm_cpu, layer_utils):
+        module.check_cpu_sgl_kernel = packable_check(module.check_cpu_sgl_kernel)
+    logger.info("specserve: int8 layers whose N is not a multiple of %d use vLLM's oneDNN kernel "
+                "(this CPU's AMX packing refuses them)", INT8_PACK_N)
+    return True
+
+
 def register() -> None:
     """The `vllm.general_plugins` entry point: bounds the shared-memory queues' busy wait where
-    `VLLM_SHM_BROADCAST_BUSY_LOOP_S` says so, and replaces the faulty CPU fallback (idempotent).
+    `VLLM_SHM_BROADCAST_BUSY_LOOP_S` says so; on CPU, keeps int8 layers the AMX packing refuses
+    off the AMX kernel and replaces the faulty sampling fallback (idempotent).
 
     Raises:
         ValueError: `VLLM_SHM_BROADCAST_BUSY_LOOP_S` is set to something else than seconds >= 0.
@@ -157,6 +216,8 @@ def register() -> None:
         from vllm.utils import cpu_triton_utils
     except ImportError:
         return
+    if hasattr(torch.ops._C, "convert_weight_packed"):
+        fix_int8_amx_dispatch()
     if not hasattr(torch.ops._C, "expand_kernel_impl") or expand_fallback_is_correct():
         return
     cpu_triton_utils._expand_kernel_impl = expand_kernel_impl

@@ -69,3 +69,35 @@ def test_a_bounded_window_sleeps_on_the_socket_after_it(reader):
     plugin.bound_shm_busy_loop(60.0)  # a later call changes the window
     reader.wait(timeout_ms=5)
     assert reader.poller.polls == [5]
+
+
+def test_the_tightened_check_keeps_int8_weights_the_packer_refuses_off_the_amx_kernel():
+    import torch
+
+    calls = []
+
+    def stock(n, k, dtype):
+        calls.append((n, k, dtype))
+        return True
+
+    check = plugin.packable_check(stock)
+    assert not check(688, 128, torch.int8)  # the INT8 draft's merged gate/up projection
+    assert check(704, 128, torch.int8) and check(688, 128, torch.bfloat16)
+    assert calls == [(704, 128, torch.int8), (688, 128, torch.bfloat16)]
+
+
+def test_every_int8_shape_sent_to_the_amx_kernel_packs(monkeypatch):
+    """On a CPU with AMX (the stock check admits shapes the packer refuses) the plugin's check
+    admits only shapes `convert_weight_packed` packs; elsewhere no int8 weight goes there."""
+    import torch
+    import vllm._custom_ops  # noqa: F401
+    from vllm.model_executor.kernels.linear.scaled_mm import cpu as scaled_mm_cpu
+    from vllm.model_executor.layers import utils as layer_utils
+
+    for module in (scaled_mm_cpu, layer_utils):
+        monkeypatch.setattr(module, "check_cpu_sgl_kernel", module.check_cpu_sgl_kernel)
+    plugin.fix_int8_amx_dispatch()
+    check = scaled_mm_cpu.check_cpu_sgl_kernel
+    for n in range(16, 769, 16):
+        if check(n, 128, torch.int8):
+            torch.ops._C.convert_weight_packed(torch.zeros(n, 128, dtype=torch.int8))
