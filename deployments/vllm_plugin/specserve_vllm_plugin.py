@@ -47,7 +47,8 @@ N % 16 == 0`, vllm/model_executor/layers/utils.py), but the packing op that kern
 gate/up projection N = 688) on an Intel Xeon with AMX, 2026-12-05. Measured here: int8 [384|672|
 704, 128] pack, [16|48|688, 128] fail. `register` tightens the check to what the packer takes
 (the other layers keep the AMX kernel; these go to the oneDNN kernel vLLM uses on CPUs without
-AMX), only where the stock check admits a shape the packer refuses.
+AMX), only where the stock check admits a shape the packer refuses. It also keeps int8 layers of a
+float32 model off the AMX kernel, which takes bfloat16 or float16 activations only.
 """
 
 from __future__ import annotations
@@ -162,10 +163,14 @@ def int8_check_admits_unpackable() -> bool:
 
 
 def packable_check(original):
-    """`check_cpu_sgl_kernel` that also requires N % 32 == 0 for an int8 weight."""
+    """`check_cpu_sgl_kernel` that also requires, for an int8 weight, N % 32 == 0 and bfloat16
+    or float16 activations (the model's dtype, torch's default while vLLM loads it): the AMX
+    kernel `int8_scaled_mm_with_quant` refuses float32 ones ("expect A to be bfloat16 or half",
+    a float32 engine on an Intel Xeon with AMX, 2026-12-05)."""
 
     def check_cpu_sgl_kernel(n: int, k: int, dtype: torch.dtype) -> bool:
-        if dtype == torch.int8 and n % INT8_PACK_N:
+        if dtype == torch.int8 and (n % INT8_PACK_N or torch.get_default_dtype()
+                                    not in (torch.bfloat16, torch.float16)):
             return False
         return original(n, k, dtype)
 

@@ -81,8 +81,15 @@ def test_the_tightened_check_keeps_int8_weights_the_packer_refuses_off_the_amx_k
         return True
 
     check = plugin.packable_check(stock)
-    assert not check(688, 128, torch.int8)  # the INT8 draft's merged gate/up projection
-    assert check(704, 128, torch.int8) and check(688, 128, torch.bfloat16)
+    previous = torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(torch.bfloat16)  # as while vLLM loads a bfloat16 model
+        assert not check(688, 128, torch.int8)  # the INT8 draft's merged gate/up projection
+        assert check(704, 128, torch.int8) and check(688, 128, torch.bfloat16)
+        torch.set_default_dtype(torch.float32)  # a float32 model: no AMX int8 kernel
+        assert not check(704, 128, torch.int8)
+    finally:
+        torch.set_default_dtype(previous)
     assert calls == [(704, 128, torch.int8), (688, 128, torch.bfloat16)]
 
 
@@ -98,6 +105,11 @@ def test_every_int8_shape_sent_to_the_amx_kernel_packs(monkeypatch):
         monkeypatch.setattr(module, "check_cpu_sgl_kernel", module.check_cpu_sgl_kernel)
     plugin.fix_int8_amx_dispatch()
     check = scaled_mm_cpu.check_cpu_sgl_kernel
-    for n in range(16, 769, 16):
-        if check(n, 128, torch.int8):
-            torch.ops._C.convert_weight_packed(torch.zeros(n, 128, dtype=torch.int8))
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)  # as while vLLM loads a bfloat16 model
+    try:
+        for n in range(16, 769, 16):
+            if check(n, 128, torch.int8):
+                torch.ops._C.convert_weight_packed(torch.zeros(n, 128, dtype=torch.int8))
+    finally:
+        torch.set_default_dtype(previous)
