@@ -250,3 +250,21 @@ def test_draft_length_prompts_are_interleaved_and_the_splits_disjoint():
     assert [r["task"] for r in dev[:len(TASKS)]] == list(TASKS)  # the mix from the first batch on
     assert len(dev) == len(test) == 3 * len(TASKS)
     assert not {r["prompt"] for r in dev} & {r["prompt"] for r in test}
+
+
+def test_busy_loop_report_gives_routed_over_the_better_forced_route_per_round():
+    """bench.busy_loop's report on the committed run: the ratios the README quotes."""
+    import json
+    from pathlib import Path
+
+    from bench.busy_loop import report, with_window
+    from core import DEFAULT_CONFIG_PATH, SpecserveConfig
+
+    run = Path(__file__).parents[2] / "bench/results/2026-12-05-busy-loop/results.json"
+    text = report(json.loads(run.read_text()))
+    assert ("| mixed@c1 | 0.93 [0.91-0.98] (0.98, 0.93, 0.91) | "
+            "1.10 [1.02-1.16] (1.02, 1.16, 1.10) |") in text
+    assert "| machine@c16 | 0.73 [0.69-0.94]" in text
+    cfg = with_window(SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH), 0.5, eager=True)
+    assert (cfg.vanilla.shm_busy_loop(), cfg.speculative.shm_busy_loop()) == (0.5, 0.5)
+    assert (cfg.vanilla.num_replicas, cfg.speculative.num_replicas) == (1, 1)
