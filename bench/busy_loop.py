@@ -27,11 +27,12 @@ import argparse
 import json
 import logging
 import statistics
+import sys
 import time
 from pathlib import Path
 
-from bench.run import App, _machine, add_serving_arguments, base_config, local_serve, run_app
-from bench.run import speculator_config
+from bench.run import (App, add_serving_arguments, base_config, local_serve, machine_info, run_app,
+                       speculator_config)
 from core import SpecserveConfig, resolve_path
 
 SYSTEMS = {"routed": "auto", "forced-vanilla": "vanilla", "forced-speculative": "speculative"}
@@ -47,7 +48,7 @@ def with_window(base: SpecserveConfig, seconds: float, eager: bool) -> Specserve
 
 
 def spread(values: list[float]) -> str:
-    """`median [min-max]` of `values` (2 significant decimals for ratios, 0 above 10)."""
+    """`median [min-max]` of `values` (2 decimal places below 10, none from 10 up)."""
     if not values:
         return "-"
     digits = 0 if max(values) >= 10 else 2
@@ -101,6 +102,8 @@ def report(results: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """CLI entry point (module docstring); writes DIR/results.json after every app, then
+    DIR/report.md; exit status 0, or 2 (argparse) on bad flags."""
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--windows", type=float, nargs="+", default=[1.0, 0.002],
@@ -126,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     base = base_config(args)
     tokenizer = get_tokenizer(resolve_path(base.model.path))
-    results = {"command": " ".join(["python -m bench.busy_loop", *(argv or [])]),
-               "machine": _machine(), "windows": args.windows, "rounds": [],
+    results = {"command": " ".join(["python -m bench.busy_loop", *(argv or sys.argv[1:])]),
+               "machine": machine_info(), "windows": args.windows, "rounds": [],
                "engines": "eager" if args.eager else "compiled"}
     with local_serve(args.port):
         for r in range(args.repeats):

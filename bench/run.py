@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     decision = measure_decision_latency(base)
     print(f"route decision in-process: {decision}", flush=True)
     results: dict = {"command": " ".join(["python -m bench.run", *(argv or sys.argv[1:])]),
-                     "machine": _machine(), "args": {k: str(v) for k, v in vars(args).items()},
+                     "machine": machine_info(), "args": {k: str(v) for k, v in vars(args).items()},
                      "slo": {"ttft_ms": args.ttft_slo_ms, "tpot_ms": args.tpot_slo_ms},
                      "apps": {}, "cells": {}, "decision_latency": decision,
                      "client": "vllm.benchmarks.serve", "repeats": args.repeats,
@@ -356,7 +356,7 @@ def _save(results: dict, out: Path) -> None:
     write_report(results, out)
 
 
-def _machine() -> dict:
+def machine_info() -> dict:
     """The machine (with its native bfloat16 flags: none means the CPU engines ran float32,
     core/cpu.py), the stack's versions and Ray's node environment (`core.RAY_NODE_ENV`,
     plus what the caller's environment set: `RAY_SERVE_ENABLE_HA_PROXY=1

@@ -145,9 +145,10 @@ def check_node_labels(labels: dict[str, str]) -> None:
 # An engine's busy-poll window on CPU (seconds; `PoolConfig.shm_busy_loop_s`): vLLM's 1 s keeps
 # a worker spinning its core for a second after every request (deployments/vllm_plugin).
 CPU_SHM_BUSY_LOOP_S = 0.002
-# The variable that carries it into the engine processes (the name vLLM PR #52814 proposes;
-# deployments/vllm_plugin's BUSY_LOOP_ENV, a separate distribution, spells it again).
-SHM_BUSY_LOOP_ENV = "VLLM_SHM_BROADCAST_BUSY_LOOP_S"
+# The variable that carries it into the engine processes (deployments/vllm_plugin's BUSY_LOOP_ENV,
+# a separate distribution, spells it again). Not VLLM_-prefixed: vLLM warns about, or with
+# fail_on_environ_validation refuses, VLLM_ variables it does not know.
+SHM_BUSY_LOOP_ENV = "SPECSERVE_SHM_BUSY_LOOP_S"
 
 
 class PoolConfig(Strict):
@@ -168,7 +169,7 @@ class PoolConfig(Strict):
     shm_busy_loop_s: float | None = Field(
         None, ge=0, allow_inf_nan=False, description="Seconds an engine process busy-polls "
         "vLLM's shared-memory queue after each message before it sleeps on its socket "
-        "(VLLM_SHM_BROADCAST_BUSY_LOOP_S, applied by specserve's vLLM plugin). Unset: "
+        "(SPECSERVE_SHM_BUSY_LOOP_S, applied by specserve's vLLM plugin). Unset: "
         f"{CPU_SHM_BUSY_LOOP_S} on CPU, where an engine's core is shared with the serving "
         "frontend, and vLLM's own 1 s on GPU.")
     profile_max_batch: int | None = Field(
@@ -177,7 +178,7 @@ class PoolConfig(Strict):
         "from it. Unset: up to `max_num_seqs`, the whole range the engine can run. 0 skips the "
         "profile.")
 
-    def shm_busy_loop(self) -> float | None:
+    def effective_shm_busy_loop_s(self) -> float | None:
         """The engine's shared-memory busy-poll window in seconds (None: vLLM's own)."""
         if self.shm_busy_loop_s is not None:
             return self.shm_busy_loop_s

@@ -319,8 +319,9 @@ def llm_config(model: ModelConfig, pool: PoolConfig, deployment_config: dict | N
         # learns acceptance per task type from it.
         engine_kwargs.setdefault("per_request_spec_decode_metrics", "summary")
     env = {}
-    if pool.shm_busy_loop() is not None:  # read by specserve's vLLM plugin in each engine process
-        env[SHM_BUSY_LOOP_ENV] = repr(pool.shm_busy_loop())
+    busy_loop_s = pool.effective_shm_busy_loop_s()
+    if busy_loop_s is not None:  # read by specserve's vLLM plugin in each engine process
+        env[SHM_BUSY_LOOP_ENV] = repr(busy_loop_s)
     if pool.accelerator == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = str(pool.cpu_kvcache_space_gib)
         if _IOMP.is_file():

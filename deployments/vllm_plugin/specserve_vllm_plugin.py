@@ -32,25 +32,25 @@ and its worker (`VLLM::Worker`; vLLM's CPU platform always runs the multiprocess
 each step's request and result travel through `shm_broadcast.MessageQueue`. A reader that finds
 no message spins on `sched_yield` for `SpinCondition.busy_loop_s` = 1 s (hard-coded in vLLM 0.32)
 after its last read before it sleeps on its zmq socket. Under load that window never lapses, and
-after every request the worker burns its core for another second: measured here (2026-12-05,
-`specserve serve`, one 96-token request to a 2-core machine's vanilla pool) the worker used 0.99
-of a core in the 0.5 s after the answer and 0.31 in the next 1.5 s, more than the 0.27 core-s the
-request itself took. Where a CPU engine shares its core with the serving frontend (each engine
-owns one core, the router and Serve's proxy take what is left), that spin is taken from them.
-`VLLM_SHM_BROADCAST_BUSY_LOOP_S` (the variable vLLM PR #52814 proposes; seconds >= 0) sets the
-window on every platform; unset, vLLM's own stays. The pools set it from their config
-(`PoolConfig.shm_busy_loop_s`).
+after every request the worker burns its core for another second (README, "The engines'
+busy-poll window": per-thread CPU around one request on `specserve serve`). Where a CPU engine
+shares its core with the serving frontend (each engine owns one core, the router and Serve's
+proxy take what is left), that spin is taken from them. `SPECSERVE_SHM_BUSY_LOOP_S` (seconds >=
+0) sets the window on every platform; unset, vLLM's own stays. The pools set it from their config
+(`PoolConfig.shm_busy_loop_s`). vLLM PR #52814 proposes the same knob as
+`VLLM_SHM_BROADCAST_BUSY_LOOP_S`; a `VLLM_` name vLLM 0.32 does not know would draw its
+"Unknown vLLM environment variable" warning, or a refusal with `fail_on_environ_validation`.
 
 3. INT8 W8A8 layers on CPUs with AMX. vLLM 0.32's `CPUInt8ScaledMMLinearKernel` sends an int8
 layer to its AMX ("SGL") kernel when `check_cpu_sgl_kernel(N, K, int8)` holds (`K % 32 == 0 and
 N % 16 == 0`, vllm/model_executor/layers/utils.py), but the packing op that kernel needs,
 `torch.ops._C.convert_weight_packed`, refuses an int8 weight whose N is not a multiple of 32
-("Expected N == BLOCK_N"), so the engine fails while loading: the lab's INT8 draft (merged
-gate/up projection N = 688) on an Intel Xeon with AMX, 2026-12-05. Measured here: int8 [384|672|
-704, 128] pack, [16|48|688, 128] fail. `register` tightens the check to what the packer takes
-(the other layers keep the AMX kernel; these go to the oneDNN kernel vLLM uses on CPUs without
-AMX), only where the stock check admits a shape the packer refuses. It also keeps int8 layers of a
-float32 model off the AMX kernel, which takes bfloat16 or float16 activations only.
+("Expected N == BLOCK_N"), so the engine fails while loading (the lab's INT8 draft: merged
+gate/up projection N = 688; int8 [384|672|704, 128] pack, [16|48|688, 128] do not). The AMX
+kernel also takes bfloat16 or float16 activations only (`int8_scaled_mm_with_quant: expect A to
+be bfloat16 or half` in a float32 engine). On a CPU where the stock check admits int8 weights
+(one with AMX), `register` tightens it to both conditions: those layers go to the oneDNN kernel
+vLLM uses on CPUs without AMX, the others keep the AMX kernel.
 """
 
 from __future__ import annotations
@@ -64,8 +64,7 @@ import torch
 logger = logging.getLogger(__name__)
 
 FIXED = False  # True once `register` replaced the fallback in this process
-BUSY_LOOP_ENV = "VLLM_SHM_BROADCAST_BUSY_LOOP_S"
-BUSY_LOOP_S: float | None = None  # the window `bound_shm_busy_loop` set in this process
+BUSY_LOOP_ENV = "SPECSERVE_SHM_BUSY_LOOP_S"
 
 
 def expand_kernel_impl(output: torch.Tensor, input_val: torch.Tensor, cu_num_tokens: torch.Tensor,
@@ -107,7 +106,7 @@ def expand_fallback_is_correct() -> bool:
 
 
 def busy_loop_from_env(environ=os.environ) -> float | None:
-    """`VLLM_SHM_BROADCAST_BUSY_LOOP_S` in seconds; None where it is unset or empty.
+    """`SPECSERVE_SHM_BUSY_LOOP_S` in seconds; None where it is unset or empty.
 
     Raises:
         ValueError: not a finite number >= 0 (names the variable).
@@ -124,51 +123,46 @@ def busy_loop_from_env(environ=os.environ) -> float | None:
     return seconds
 
 
-def bound_shm_busy_loop(seconds: float) -> None:
+def bound_shm_busy_loop(seconds: float) -> bool:
     """Makes every shared-memory queue reader of this process (those made before and after)
     busy-poll for `seconds` after its last read, instead of vLLM's 1 s, before it sleeps on its
-    notification socket (module docstring, part 2). Idempotent; a later call changes the window.
-    """
-    global BUSY_LOOP_S
+    notification socket (module docstring, part 2). The window lives on the class
+    (`SpinCondition.specserve_busy_loop_s`), read by the wrapped `wait`. Idempotent; returns
+    whether the window changed."""
     from vllm.distributed.device_communicators import shm_broadcast
 
     spin = shm_broadcast.SpinCondition
-    if BUSY_LOOP_S is None:
+    if not getattr(spin.wait, "specserve", False):
         original = spin.wait
 
         def wait(self, timeout_ms: int | None = None) -> None:
             if self.is_reader:
-                self.busy_loop_s = BUSY_LOOP_S
+                self.busy_loop_s = spin.specserve_busy_loop_s
             return original(self, timeout_ms)
 
         wait.__doc__ = original.__doc__
+        wait.specserve = True
         spin.wait = wait
-    BUSY_LOOP_S = seconds
+    changed = getattr(spin, "specserve_busy_loop_s", None) != seconds
+    spin.specserve_busy_loop_s = seconds
+    return changed
 
 
 INT8_PACK_N = 32  # an int8 weight's N must be a multiple of this for convert_weight_packed
 
 
-def int8_check_admits_unpackable() -> bool:
-    """Whether vLLM's `check_cpu_sgl_kernel` sends an int8 weight to the AMX kernel that
-    `convert_weight_packed` cannot pack (part 3 of the module docstring); False without AMX."""
+def stock_check_admits_int8() -> bool:
+    """Whether vLLM's `check_cpu_sgl_kernel` sends some int8 weight to the AMX kernel (part 3 of
+    the module docstring): an [N, 32] weight for N = 32 or 48; False on a CPU without AMX."""
     from vllm.model_executor.layers.utils import check_cpu_sgl_kernel
 
-    n, k = INT8_PACK_N + 16, 32
-    if not check_cpu_sgl_kernel(n, k, torch.int8):
-        return False
-    try:
-        torch.ops._C.convert_weight_packed(torch.zeros(n, k, dtype=torch.int8))
-    except RuntimeError:
-        return True
-    return False
+    return any(check_cpu_sgl_kernel(n, 32, torch.int8) for n in (INT8_PACK_N, INT8_PACK_N + 16))
 
 
 def packable_check(original):
-    """`check_cpu_sgl_kernel` that also requires, for an int8 weight, N % 32 == 0 and bfloat16
-    or float16 activations (the model's dtype, torch's default while vLLM loads it): the AMX
-    kernel `int8_scaled_mm_with_quant` refuses float32 ones ("expect A to be bfloat16 or half",
-    a float32 engine on an Intel Xeon with AMX, 2026-12-05)."""
+    """`check_cpu_sgl_kernel` that also requires, for an int8 weight, N % 32 == 0 (what
+    `convert_weight_packed` packs) and bfloat16 or float16 activations (the model's dtype,
+    torch's default while vLLM loads it; the AMX kernel refuses float32)."""
 
     def check_cpu_sgl_kernel(n: int, k: int, dtype: torch.dtype) -> bool:
         if dtype == torch.int8 and (n % INT8_PACK_N or torch.get_default_dtype()
@@ -189,27 +183,26 @@ def fix_int8_amx_dispatch() -> bool:
 
     if getattr(scaled_mm_cpu.check_cpu_sgl_kernel, "specserve", False):
         return True
-    if not int8_check_admits_unpackable():
+    if not stock_check_admits_int8():
         return False
     for module in (scaled_mm_cpu, layer_utils):
         module.check_cpu_sgl_kernel = packable_check(module.check_cpu_sgl_kernel)
-    logger.info("specserve: int8 layers whose N is not a multiple of %d use vLLM's oneDNN kernel "
-                "(this CPU's AMX packing refuses them)", INT8_PACK_N)
+    logger.info("specserve: int8 layers whose N is not a multiple of %d, or of a float32 model, "
+                "use vLLM's oneDNN kernel (its AMX kernel cannot run them)", INT8_PACK_N)
     return True
 
 
 def register() -> None:
     """The `vllm.general_plugins` entry point: bounds the shared-memory queues' busy wait where
-    `VLLM_SHM_BROADCAST_BUSY_LOOP_S` says so; on CPU, keeps int8 layers the AMX packing refuses
-    off the AMX kernel and replaces the faulty sampling fallback (idempotent).
+    `SPECSERVE_SHM_BUSY_LOOP_S` says so; on CPU, keeps int8 layers the AMX kernel cannot run off
+    it and replaces the faulty sampling fallback (idempotent).
 
     Raises:
-        ValueError: `VLLM_SHM_BROADCAST_BUSY_LOOP_S` is set to something else than seconds >= 0.
+        ValueError: `SPECSERVE_SHM_BUSY_LOOP_S` is set to something else than seconds >= 0.
     """
     global FIXED
     seconds = busy_loop_from_env()
-    if seconds is not None and seconds != BUSY_LOOP_S:
-        bound_shm_busy_loop(seconds)
+    if seconds is not None and bound_shm_busy_loop(seconds):
         logger.info("specserve: vLLM's shared-memory queue readers busy-poll %g s after a read "
                     "(%s; vLLM's default 1 s)", seconds, BUSY_LOOP_ENV)
     if FIXED:

@@ -266,5 +266,6 @@ def test_busy_loop_report_gives_routed_over_the_better_forced_route_per_round():
             "1.10 [1.02-1.16] (1.02, 1.16, 1.10) |") in text
     assert "| machine@c16 | 0.73 [0.69-0.94]" in text
     cfg = with_window(SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH), 0.5, eager=True)
-    assert (cfg.vanilla.shm_busy_loop(), cfg.speculative.shm_busy_loop()) == (0.5, 0.5)
+    assert (cfg.vanilla.effective_shm_busy_loop_s(),
+            cfg.speculative.effective_shm_busy_loop_s()) == (0.5, 0.5)
     assert (cfg.vanilla.num_replicas, cfg.speculative.num_replicas) == (1, 1)

@@ -1,5 +1,6 @@
 """specserve's vLLM plugin, part 2 (deployments/vllm_plugin): the shared-memory queues' busy-poll
-window, from `VLLM_SHM_BROADCAST_BUSY_LOOP_S` to vLLM's `SpinCondition` readers."""
+window, from `SPECSERVE_SHM_BUSY_LOOP_S` to vLLM's `SpinCondition` readers; part 3, int8 layers
+kept off the AMX kernel where it cannot run them."""
 
 import pytest
 import zmq
@@ -27,28 +28,22 @@ def test_a_bad_window_names_the_variable(raw):
         plugin.busy_loop_from_env({SHM_BUSY_LOOP_ENV: raw})
 
 
-class Poller:
-    """Stands in for the reader's zmq poller: records that the reader slept instead of spinning."""
-
-    def __init__(self):
-        self.polls = []
-
-    def poll(self, timeout=None):
-        self.polls.append(timeout)
-        return []
-
-
 @pytest.fixture
 def reader(monkeypatch):
-    """A real `SpinCondition` reader (and its writer) just after a read; the plugin's state and
-    vLLM's `wait` are restored afterwards."""
-    monkeypatch.setattr(shm_broadcast.SpinCondition, "wait", shm_broadcast.SpinCondition.wait)
-    monkeypatch.setattr(plugin, "BUSY_LOOP_S", None)
+    """A real `SpinCondition` reader (and its writer) just after a read, its zmq poller's `poll`
+    recording each call (`reader.polls`: the reader slept on its socket instead of spinning);
+    vLLM's `wait` and the window are restored afterwards."""
+    spin_cls = shm_broadcast.SpinCondition
+    monkeypatch.setattr(spin_cls, "wait", spin_cls.wait)
+    monkeypatch.setattr(spin_cls, "specserve_busy_loop_s", None, raising=False)
     ctx = zmq.Context()
     address = get_open_zmq_ipc_path()
-    writer = shm_broadcast.SpinCondition(is_reader=False, context=ctx, notify_address=address)
-    spin = shm_broadcast.SpinCondition(is_reader=True, context=ctx, notify_address=address)
-    spin.poller = Poller()
+    writer = spin_cls(is_reader=False, context=ctx, notify_address=address)
+    spin = spin_cls(is_reader=True, context=ctx, notify_address=address)
+    spin.polls = []
+    poll = spin.poller.poll
+    monkeypatch.setattr(spin.poller, "poll",
+                        lambda timeout=None: spin.polls.append(timeout) or poll(timeout))
     spin.record_read()
     yield spin
     for s in (spin.local_notify_socket, spin.read_cancel_socket, spin.write_cancel_socket,
@@ -59,16 +54,32 @@ def reader(monkeypatch):
 
 def test_vllm_spins_a_second_after_a_read(reader):
     reader.wait(timeout_ms=5)
-    assert reader.poller.polls == []  # the sched_yield branch: vLLM's 1 s window
+    assert reader.polls == []  # the sched_yield branch: vLLM's 1 s window
 
 
 def test_a_bounded_window_sleeps_on_the_socket_after_it(reader):
-    plugin.bound_shm_busy_loop(0.0)  # a reader made before the plugin ran is bounded too
+    assert plugin.bound_shm_busy_loop(0.0)  # a reader made before the plugin ran is bounded too
     reader.wait(timeout_ms=5)
-    assert reader.poller.polls == [5]
-    plugin.bound_shm_busy_loop(60.0)  # a later call changes the window
+    assert reader.polls == [5]
+    assert not plugin.bound_shm_busy_loop(0.0)  # idempotent
+    assert plugin.bound_shm_busy_loop(60.0)  # a later call changes the window
     reader.wait(timeout_ms=5)
-    assert reader.poller.polls == [5]
+    assert reader.polls == [5]
+
+
+def test_register_applies_the_window_the_pool_set(reader, monkeypatch):
+    from vllm.model_executor.kernels.linear.scaled_mm import cpu as scaled_mm_cpu
+    from vllm.model_executor.layers import utils as layer_utils
+
+    for module in (scaled_mm_cpu, layer_utils):  # register's part 3, undone afterwards
+        monkeypatch.setattr(module, "check_cpu_sgl_kernel", module.check_cpu_sgl_kernel)
+    monkeypatch.setenv(SHM_BUSY_LOOP_ENV, "0")
+    plugin.register()
+    reader.wait(timeout_ms=5)
+    assert reader.polls == [5]
+    monkeypatch.setenv(SHM_BUSY_LOOP_ENV, "-1")
+    with pytest.raises(ValueError, match=SHM_BUSY_LOOP_ENV):
+        plugin.register()
 
 
 def test_the_tightened_check_keeps_int8_weights_the_packer_refuses_off_the_amx_kernel():
@@ -94,8 +105,8 @@ def test_the_tightened_check_keeps_int8_weights_the_packer_refuses_off_the_amx_k
 
 
 def test_every_int8_shape_sent_to_the_amx_kernel_packs(monkeypatch):
-    """On a CPU with AMX (the stock check admits shapes the packer refuses) the plugin's check
-    admits only shapes `convert_weight_packed` packs; elsewhere no int8 weight goes there."""
+    """On a CPU with AMX the plugin's check admits exactly the int8 shapes
+    `convert_weight_packed` packs (N % 32 == 0 here); without AMX no int8 weight goes there."""
     import torch
     import vllm._custom_ops  # noqa: F401
     from vllm.model_executor.kernels.linear.scaled_mm import cpu as scaled_mm_cpu
@@ -103,13 +114,15 @@ def test_every_int8_shape_sent_to_the_amx_kernel_packs(monkeypatch):
 
     for module in (scaled_mm_cpu, layer_utils):
         monkeypatch.setattr(module, "check_cpu_sgl_kernel", module.check_cpu_sgl_kernel)
-    plugin.fix_int8_amx_dispatch()
+    amx = torch.cpu._is_amx_tile_supported()
+    assert plugin.fix_int8_amx_dispatch() == amx
     check = scaled_mm_cpu.check_cpu_sgl_kernel
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)  # as while vLLM loads a bfloat16 model
     try:
-        for n in range(16, 769, 16):
-            if check(n, 128, torch.int8):
-                torch.ops._C.convert_weight_packed(torch.zeros(n, 128, dtype=torch.int8))
+        admitted = {n for n in range(16, 769, 16) if check(n, 128, torch.int8)}
     finally:
         torch.set_default_dtype(previous)
+    assert admitted == ({n for n in range(32, 769, 32)} if amx else set())
+    for n in admitted:
+        torch.ops._C.convert_weight_packed(torch.zeros(n, 128, dtype=torch.int8))
