@@ -61,10 +61,14 @@ def test_a_bounded_window_sleeps_on_the_socket_after_it(reader):
     assert plugin.bound_shm_busy_loop(0.0)  # a reader made before the plugin ran is bounded too
     reader.wait(timeout_ms=5)
     assert reader.polls == [5]
+    reader.wait(timeout_ms=None)  # vLLM passes its 5 s recheck or None: parked 10 ms at most
+    reader.wait(timeout_ms=5000)
+    assert reader.polls == [5, plugin.PARK_MS, plugin.PARK_MS]
+    reader.polls.clear()
     assert not plugin.bound_shm_busy_loop(0.0)  # idempotent
     assert plugin.bound_shm_busy_loop(60.0)  # a later call changes the window
     reader.wait(timeout_ms=5)
-    assert reader.polls == [5]
+    assert reader.polls == []  # within 60 s of the last read: it spins
 
 
 def test_register_applies_the_window_the_pool_set(reader, monkeypatch):
