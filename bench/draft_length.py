@@ -106,30 +106,46 @@ def _run(target: str, spec: dict | None, prompt_ids: list[list[int]], batches: l
     return {"by_batch": by_batch, "counters": counters, "outputs": outputs}
 
 
-def main(argv: list[str] | None = None) -> int:
-    """CLI entry point; exit status 1 when the engines' greedy outputs differ."""
-    p = argparse.ArgumentParser(prog="python -m bench.draft_length",
-                                description=__doc__.split("\n")[0])
+def add_engine_arguments(p: argparse.ArgumentParser, *, target: str, batches: list[int],
+                         out: str) -> None:
+    """The flags of the offline engine benchmarks (`bench.draft_length`, `bench.int8_draft`):
+    --models, --target (default `target`), --batches (default `batches`), --max-tokens,
+    --per-task, --repeats, --rounds, --core and --out (default bench/results/<date>-`out`)."""
     p.add_argument("--models", type=Path, default=None, help="lab folder (default: the lab's)")
-    p.add_argument("--target", default="target",
+    p.add_argument("--target", default=target,
                    help="the lab's target folder: target, or target-wide (weight-bound)")
-    p.add_argument("--method", default="draft_model",
-                   choices=["draft_model", "eagle3", "eagle", "medusa", "ngram"])
-    p.add_argument("--k", type=int, default=4, help="num_speculative_tokens (the table's ceiling)")
-    p.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
-    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 3, 6, 12, 24, 48])
+    p.add_argument("--batches", type=int, nargs="+", default=batches)
     p.add_argument("--max-tokens", type=int, default=32)
-    p.add_argument("--per-task", type=int, default=8, help="prompts per task type and split")
+    p.add_argument("--per-task", type=int, default=8,
+                   help="prompts per task type (and split, where there are two)")
     p.add_argument("--repeats", type=int, default=3, help="best of this many runs per batch")
     p.add_argument("--rounds", type=int, default=2, help="fresh engines per system")
     p.add_argument("--core", type=int, default=1, help="the core every engine runs on")
-    p.add_argument("--out", type=Path, default=Path(f"bench/results/{time.strftime('%Y-%m-%d')}"
-                                                     "-draft-length"))
-    args = p.parse_args(argv)
+    p.add_argument("--out", type=Path,
+                   default=Path(f"bench/results/{time.strftime('%Y-%m-%d')}-{out}"))
+
+
+def lab_with_target(p: argparse.ArgumentParser, args: argparse.Namespace) -> Path:
+    """The lab folder (`--models`, else the lab's), resolved; exits 2 through `p.error` naming
+    --target when it holds no `--target` checkpoint."""
     models = (args.models or models_dir()).expanduser().resolve()
     if not (models / args.target / "config.json").is_file():
         p.error(f"--target: no checkpoint at {models / args.target} (build it: "
                 f"`specserve models build`, and `specserve models widen` for target-wide)")
+    return models
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; exit status 1 when the engines' greedy outputs differ."""
+    p = argparse.ArgumentParser(prog="python -m bench.draft_length",
+                                description=__doc__.split("\n")[0])
+    add_engine_arguments(p, target="target", batches=[1, 2, 4, 8, 16, 32], out="draft-length")
+    p.add_argument("--method", default="draft_model",
+                   choices=["draft_model", "eagle3", "eagle", "medusa", "ngram"])
+    p.add_argument("--k", type=int, default=4, help="num_speculative_tokens (the table's ceiling)")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 3, 6, 12, 24, 48])
+    args = p.parse_args(argv)
+    models = lab_with_target(p, args)
     target = str(models / args.target)
     dtype = served_dtype("auto", "cpu")
     dev = token_prompts(models / args.target, prompts("dev", args.per_task))

@@ -33,10 +33,9 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
-from bench.draft_length import prompts, run, write_results
-from core import models_dir
+from bench.draft_length import (add_engine_arguments, lab_with_target, prompts, run,
+                                 write_results)
 from core.cpu import served_dtype
 from models.quantize import quantize_draft, tensor_bytes
 from models.spec_metrics import add, alphas, mean_acceptance_length
@@ -82,23 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     when a checkpoint is missing."""
     p = argparse.ArgumentParser(prog="python -m bench.int8_draft",
                                 description=__doc__.split("\n")[0])
-    p.add_argument("--models", type=Path, default=None, help="lab folder (default: the lab's)")
-    p.add_argument("--target", default="target-wide",
-                   help="the lab's target folder: target-wide (weight-bound), or target")
+    add_engine_arguments(p, target="target-wide", batches=[1, 4, 16], out="int8-draft")
     p.add_argument("--k", type=int, default=4, help="num_speculative_tokens")
-    p.add_argument("--batches", type=int, nargs="+", default=[1, 4, 16])
-    p.add_argument("--max-tokens", type=int, default=32)
-    p.add_argument("--per-task", type=int, default=8, help="prompts per task type")
-    p.add_argument("--repeats", type=int, default=3, help="best of this many runs per batch")
-    p.add_argument("--rounds", type=int, default=2, help="fresh engines per system")
-    p.add_argument("--core", type=int, default=1, help="the core every engine runs on")
-    p.add_argument("--out", type=Path, default=Path(f"bench/results/{time.strftime('%Y-%m-%d')}"
-                                                     "-int8-draft"))
     args = p.parse_args(argv)
-    models = (args.models or models_dir()).expanduser().resolve()
-    if not (models / args.target / "config.json").is_file():
-        p.error(f"--target: no checkpoint at {models / args.target} (build it: "
-                f"`specserve models build`, and `specserve models widen` for target-wide)")
+    models = lab_with_target(p, args)
     if not (models / "draft" / "config.json").is_file():
         p.error(f"--models: no draft at {models / 'draft'} (build it: `specserve models build`)")
     _, cached = quantize_draft(models / "draft", models / "draft-int8")
