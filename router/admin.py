@@ -83,7 +83,9 @@ class AdminEndpoints:
         """Live acceptance per speculator and task, over every ingress replica, and the rollout
         state (core/rollout.py): `{"speculators": {fingerprint: {task: {"requests", "steps",
         "accepted", "mean_acceptance_length"}}}, "rollout": {...}}`. A fingerprint is the
-        `system_fingerprint` of the responses its replicas served."""
+        `system_fingerprint` of the responses its replicas served. The other replicas' tallies and
+        the rollout state are this replica's last read of the StatsBoard, taken every
+        `core.stats.PUSH_PERIOD_S` (0.5 s): a step just recorded shows within a period or two."""
         tallies = self._decider.speculator_tallies()
         return {"speculators": {
                     fp: {task: {"requests": t.requests, "steps": t.steps, "accepted": t.accepted,
