@@ -269,3 +269,48 @@ def test_busy_loop_report_gives_routed_over_the_better_forced_route_per_round():
     assert (cfg.vanilla.effective_shm_busy_loop_s(),
             cfg.speculative.effective_shm_busy_loop_s()) == (0.5, 0.5)
     assert (cfg.vanilla.num_replicas, cfg.speculative.num_replicas) == (1, 1)
+
+
+def test_ab_sets_a_pool_field_or_an_engine_argument_on_both_pools():
+    from bench.ab import parse_value, with_setting
+    from core import DEFAULT_CONFIG_PATH, SpecserveConfig
+
+    base = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH)
+    assert [parse_value(t) for t in ("4", "0.002", "true", "fp8")] == [4, 0.002, True, "fp8"]
+    cfg = with_setting(base, "stream_interval", 4, eager=False)
+    assert (cfg.vanilla.engine_kwargs["stream_interval"],
+            cfg.speculative.engine_kwargs["stream_interval"]) == (4, 4)
+    assert cfg.vanilla.shm_busy_loop_s is None  # the other settings stay the default's
+    cfg = with_setting(base, "shm_busy_loop_s", 0.5, eager=True)
+    assert "shm_busy_loop_s" not in cfg.vanilla.engine_kwargs
+    assert cfg.speculative.effective_shm_busy_loop_s() == 0.5
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--setting", "shm_busy_loop_s", "--values", "1", "-1"], "shm_busy_loop_s=-1"),
+    (["--setting", "stream_intervall", "--values", "1", "4"], "stream_intervall"),
+    (["--setting", "stream_interval", "--values", "4", "4"], "distinct"),
+])
+def test_ab_refuses_a_bad_setting_before_it_starts_anything(argv, named, capsys, tmp_path):
+    from bench.ab import main
+
+    with pytest.raises(SystemExit) as e:
+        main(argv + ["--out", str(tmp_path / "out")])
+    assert e.value.code == 2 and named in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_ab_report_names_the_setting_and_its_values():
+    import json
+    from pathlib import Path
+
+    from bench.ab import report
+
+    run = json.loads((Path(__file__).parents[2]
+                      / "bench/results/2026-12-05-busy-loop/results.json").read_text())
+    run["setting"], run["values"] = "stream_interval", [1, 4]
+    run["rounds"] = [{"1": r["1.0"], "4": r["0.002"]} for r in run["rounds"]]
+    del run["windows"]
+    text = report(run)
+    assert text.startswith("# stream_interval: 1 vs 4")
+    assert "| mixed@c1 | 0.93 [0.91-0.98] (0.98, 0.93, 0.91) | 1.10 [1.02-1.16]" in text
