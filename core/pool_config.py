@@ -172,6 +172,11 @@ class PoolConfig(Strict):
         "(SPECSERVE_SHM_BUSY_LOOP_S, applied by specserve's vLLM plugin). Unset: "
         f"{CPU_SHM_BUSY_LOOP_S} on CPU, where an engine's core is shared with the serving "
         "frontend, and vLLM's own 1 s on GPU.")
+    stream_batching_interval_ms: float | None = Field(
+        None, ge=0, allow_inf_nan=False, description="A streamed response leaves the replica in "
+        "batches, one per this many milliseconds (Ray Serve LLM's `stream_batching_interval_ms`; "
+        "0: every chunk alone, more Serve hops per token); the first chunk leaves at once "
+        "(deployments/streaming.py). Unset: Ray Serve LLM's default, 50 ms.")
     profile_max_batch: int | None = Field(
         None, ge=0, description="Each replica measures its engine's step time at batch 1, 2, 4, ... "
         "up to this at start (a few seconds on the tiny models); the router's cost model starts "

@@ -36,6 +36,13 @@ Private methods of the public `ray.serve.llm.ingress.OpenAiIngress` that router/
 overrides or calls (listed in `INGRESS_HOOKS`, checked by the same test): `_process_llm_request`
 (the body of `completions` and `chat`), `_get_configured_serve_handle` (the handle
 `_get_response` sends to), `_get_model_id` (the 404 for an unknown model).
+
+- `Batcher`: `ray.llm._internal.serve.utils.batcher.Batcher(generator, interval_ms)`, whose
+  `stream()` yields lists of what `generator` made in each interval (deployments/streaming.py).
+
+Private methods of the public `ray.serve.llm.deployment.LLMServer` that deployments/pools.py
+overrides or calls (`LLM_SERVER_HOOKS`): `_batch_output_stream(generator)` (a streamed response's
+batching) and `_get_batch_interval_ms()` (its interval from `experimental_configs`).
 """
 
 from __future__ import annotations
@@ -56,14 +63,17 @@ _SYMBOLS = {  # name here -> (module, name there)
     "SingletonThreadRouter": ("ray.serve._private.router", "SingletonThreadRouter"),
     "get_global_client": ("ray.serve.context", "_get_global_client"),
     "LongPollClient": ("ray.serve._private.long_poll", "LongPollClient"),
+    "Batcher": ("ray.llm._internal.serve.utils.batcher", "Batcher"),
 }
 # Serve's handle runs this coroutine per replica before sending it a request.
 QUEUE_LEN_PROBE = "RunningReplica.get_queue_len"
 QUEUE_LEN_PROBE_MODULE = "ray.serve._private.request_router.replica_wrapper"
 INGRESS_HOOKS = ("_process_llm_request", "_get_configured_serve_handle", "_get_model_id",
                  "_get_response")
+LLM_SERVER_HOOKS = ("_batch_output_stream", "_get_batch_interval_ms")
 
-__all__ = sorted([*_SYMBOLS, "QUEUE_LEN_PROBE", "INGRESS_HOOKS", "RAY_VERSION_READ"])
+__all__ = sorted([*_SYMBOLS, "QUEUE_LEN_PROBE", "INGRESS_HOOKS", "LLM_SERVER_HOOKS",
+                  "RAY_VERSION_READ"])
 
 
 def __getattr__(name: str):

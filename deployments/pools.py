@@ -36,6 +36,7 @@ from deployments.engine_args import check_engine_kwargs
 from deployments.engine_metrics import export_engine_metrics
 from deployments.profile import profile_batches, profile_step_times
 from deployments.sampling_check import SamplingCheck, check_sampling
+from deployments.streaming import first_then_batched
 from deployments.utilization import make_source
 from router.board import get_board
 
@@ -164,6 +165,12 @@ class PoolServer(LLMServer):
                              "config.json on this node")
         logger.info("replica of rank %s serves the candidate speculator %s", rank, model)
         return with_engine_kwargs(llm_config, speculative_config={**spec, "model": model})
+
+    def _batch_output_stream(self, generator):
+        """Ray Serve LLM's batching of a streamed response (every `stream_batching_interval_ms`,
+        `PoolConfig`), except that the first chunk leaves as soon as the engine makes it
+        (deployments/streaming.py: Ray Serve LLM holds it for the whole first interval)."""
+        return first_then_batched(generator, self._get_batch_interval_ms())
 
     async def _run_profile_request(self, prompt: str, max_tokens: int,
                                    on_first: Callable[[], None]) -> None:
@@ -345,6 +352,8 @@ def llm_config(model: ModelConfig, pool: PoolConfig, deployment_config: dict | N
         runtime_env={"env_vars": env},
         log_engine_metrics=False,
         deployment_config=deployment_config,
+        experimental_configs=({} if pool.stream_batching_interval_ms is None else
+                              {"stream_batching_interval_ms": pool.stream_batching_interval_ms}),
     )
 
 

@@ -65,3 +65,20 @@ def test_cpu_engines_get_a_short_busy_poll_window_and_gpu_engines_keep_vllms():
     assert gpu.runtime_env["env_vars"] == {}
     gpu = _pool(accelerator="gpu", shm_busy_loop_s=0.01)
     assert gpu.runtime_env["env_vars"] == {SHM_BUSY_LOOP_ENV: "0.01"}
+
+
+def test_the_stream_batching_interval_reaches_ray_serve_llm_and_the_first_chunk_is_not_held():
+    import pytest
+    from ray.serve.llm.deployment import LLMServer
+
+    from core import ConfigError
+
+    from deployments.pools import PoolServer
+
+    assert _pool().experimental_configs == {}  # Ray Serve LLM's default (50 ms)
+    cfg = _pool(stream_batching_interval_ms=10)
+    assert cfg.experimental_configs == {"stream_batching_interval_ms": 10}
+    for bad in (-1, float("inf")):
+        with pytest.raises(ConfigError, match="speculative.stream_batching_interval_ms"):
+            _pool(stream_batching_interval_ms=bad)
+    assert PoolServer._batch_output_stream is not LLMServer._batch_output_stream

@@ -89,3 +89,15 @@ def test_importing_core_and_validating_a_config_load_no_ray():
             "core.SpecserveConfig.from_yaml(core.DEFAULT_CONFIG_PATH); print('ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_the_llm_server_hooks_the_pools_override_exist():
+    from ray.serve.llm.deployment import LLMServer
+
+    for hook in ray_private.LLM_SERVER_HOOKS:
+        assert callable(getattr(LLMServer, hook, None)), f"LLMServer.{hook} is gone"
+    assert list(inspect.signature(LLMServer._batch_output_stream).parameters) == [
+        "self", "generator"]
+    # the streamed path goes through it (deployments/streaming.py replaces it)
+    assert "self._batch_output_stream(" in inspect.getsource(LLMServer._run_request)
+    assert list(inspect.signature(ray_private.Batcher).parameters) == ["generator", "interval_ms"]
