@@ -4,10 +4,10 @@ Ray Serve LLM's `LLMServer` (ray 2.60) hands a streamed response on in batches: 
 waits `stream_batching_interval_ms` (default 50 ms, `RAYLLM_MODEL_RESPONSE_BATCH_TIMEOUT_MS`)
 before it yields what the engine produced, the first batch included, so every streamed request's
 first token leaves the replica no sooner than 50 ms after the request reached it, however early
-vLLM made it. Measured on `specserve serve` (2 cores, tiny target, one streamed 96-token greedy
-request at a time): client TTFT p50 96-98 ms, where a 1-token non-streamed request takes 33-35 ms
-end to end and the response headers of a 96-token stream came 37 ms later than those of a
-1-token one. Batching later chunks is what keeps the serving frontend's CPU per token low (one
+vLLM made it. Measured against `make serve` (2 cores, tiny target) with vLLM's client, one
+request at a time: median TTFT 75-78 ms with Ray Serve LLM's batching, 32-39 ms with this, output
+tok/s unchanged (bench/results/2026-12-05-first-chunk/); a 1-token non-streamed request took
+33-35 ms end to end. Batching later chunks is what keeps the serving frontend's CPU per token low (one
 Serve streaming hop per batch, not per token); delaying the first one buys nothing, since a batch
 of one chunk costs the same whenever it leaves. `first_then_batched` yields the first chunk as
 soon as the engine makes it and batches the rest as Ray Serve LLM does.
