@@ -38,23 +38,38 @@ async def _collect(stream):
 
 
 def test_the_first_chunk_leaves_at_once_and_the_rest_in_batches():
-    engine = _Engine(10, 0.01)
-    out = asyncio.run(_collect(first_then_batched(engine.gen(), interval_ms=50)))
-    (t_first, first), rest = out[0], out[1:]
-    assert first == [0] and t_first < 0.045  # Ray's Batcher alone: not before 50 ms
-    assert [i for _, b in out for i in b] == list(range(10)) and engine.closed
-    assert len(rest) < 9 and max(len(b) for _, b in rest) >= 2  # batched, not one per chunk
+    """With a 10 s interval: the first chunk comes while the engine is still generating (Ray's
+    Batcher alone would hold it 10 s), the rest in one batch once the engine is done."""
+    async def run():
+        release = asyncio.Event()
+
+        async def engine():
+            yield 0
+            await release.wait()
+            for i in range(1, 10):
+                yield i
+        stream = first_then_batched(engine(), interval_ms=10_000)
+        first = await asyncio.wait_for(anext(stream), timeout=5)
+        release.set()
+        return first, [b async for b in stream]
+    first, rest = asyncio.run(run())
+    assert first == [0] and rest == [list(range(1, 10))]
 
 
 def test_stock_batching_holds_the_first_chunk_for_the_interval():
     """What the override fixes, on the same engine: Ray Serve LLM's Batcher yields nothing
-    before its first interval is over."""
+    before its first interval is over (here: not before the engine finished, 10 s)."""
     from core.ray_private import Batcher
 
     async def stock():
-        return await _collect(Batcher(_Engine(10, 0.01).gen(), interval_ms=50).stream())
-    out = asyncio.run(stock())
-    assert out[0][0] >= 0.045 and len(out[0][1]) >= 3
+        return await _collect(Batcher(_Engine(10, 0.001).gen(), interval_ms=10_000).stream())
+    assert [b for _, b in asyncio.run(stock())] == [list(range(10))]
+
+
+def test_later_chunks_come_once_per_interval():
+    out = asyncio.run(_collect(first_then_batched(_Engine(20, 0).gen(), interval_ms=30)))
+    assert out[0][1] == [0] and [i for _, b in out for i in b] == list(range(20))
+    assert len(out) < 20 and max(len(b) for _, b in out) >= 2  # batched, not one per chunk
 
 
 @pytest.mark.parametrize("interval_ms", [0, None])
