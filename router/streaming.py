@@ -22,7 +22,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
-from ray.exceptions import NodeDiedError, RayActorError, WorkerCrashedError
+from ray.exceptions import NodeDiedError, RayActorError, TaskCancelledError, WorkerCrashedError
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError, \
     ReplicaUnavailableError
 from starlette.responses import StreamingResponse
@@ -91,8 +91,16 @@ class RelayedStream(StreamingResponse):
         self._closed = False
 
     async def __call__(self, scope, receive, send) -> None:
+        async def receive_or_disconnect():
+            # Ray Serve's proxy cancels a request whose client went away, and the replica's
+            # `receive` then raises TaskCancelledError where ASGI expects an http.disconnect
+            # message: Starlette would let it out as an unhandled error (logged with a traceback).
+            try:
+                return await receive()
+            except TaskCancelledError:
+                return {"type": "http.disconnect"}
         try:
-            await super().__call__(scope, receive, send)
+            await super().__call__(scope, receive_or_disconnect, send)
         finally:
             await self.close()
 

@@ -84,6 +84,31 @@ def test_cancelled_while_waiting_to_send():
     assert (asyncio.run(run()), closes) == (True, [1])
 
 
+def test_ray_serve_cancelling_the_request_is_a_disconnect_not_an_error():
+    """Ray Serve's proxy cancels a request whose client went away; the replica's `receive` then
+    raises TaskCancelledError. The stream ends as for a disconnect: no exception out of the
+    response (the error handler would log it as an unhandled error), body closed, count released."""
+    from ray.exceptions import TaskCancelledError
+
+    body, closes, sent = _Body(packets=1000), [], []
+
+    async def receive():
+        await asyncio.sleep(0.02)
+        raise TaskCancelledError()
+
+    async def send(message):
+        sent.append(message)
+        await asyncio.sleep(0.001)
+
+    async def run():  # Ray Serve's ASGI scope (spec 2.0-2.3): Starlette listens for disconnect
+        await _stream(body, closes)({**SCOPE, "asgi": {"version": "3.0", "spec_version": "2.1"}},
+                                    receive, send)
+        return body.finalized
+
+    assert (asyncio.run(run()), closes) == (True, [1])
+    assert 0 < sum(1 for m in sent if m.get("body")) < 1000  # cut short, not sent in full
+
+
 def test_closed_before_the_body_started():
     body, closes = _Body(), []
 
