@@ -22,6 +22,10 @@ _TYPES = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDe
           500: "InternalServerError", 503: "ServiceUnavailableError"}
 
 
+# vLLM's answer to a request body that is not `application/json` (400, as its server sends it)
+UNSUPPORTED_MEDIA_TYPE = "Unsupported Media Type: Only 'application/json' is allowed"
+
+
 def error_response(status: int, message: str, param: str | None = None,
                    headers: dict | None = None) -> JSONResponse:
     """An OpenAI-format error with HTTP status `status`."""
@@ -45,6 +49,11 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errs = exc.errors()
         first = errs[0] if errs else {}
+        media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if request.method == "POST" and media_type != "application/json":
+            # FastAPI leaves a body of another media type unparsed ("Input should be a valid
+            # dictionary"); vLLM's server answers this (vllm api_utils.validate_json_request)
+            return error_response(400, UNSUPPORTED_MEDIA_TYPE)
         if first.get("type") == "json_invalid":
             return error_response(400, f"Request body is not valid JSON: {first.get('msg')}")
         param, message = describe_validation_error(errs)

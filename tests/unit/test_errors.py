@@ -1,10 +1,11 @@
 """`describe_validation_error` (router/errors.py) on the real request models' validation errors:
-a union field's error names the field and the member that was meant."""
+a union field's error names the field and the member that was meant; a body of another media
+type than JSON gets vLLM's answer."""
 
 from __future__ import annotations
 
 import pytest
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionRequest
 
 from router.errors import describe_validation_error
@@ -40,3 +41,36 @@ def test_errors_name_the_field(cls, kw, param, message):
 
 def test_no_errors_still_say_something():
     assert describe_validation_error([]) == (None, "invalid request")
+
+
+@pytest.mark.parametrize("content_type, status, message", [
+    ("text/plain", 400, "Unsupported Media Type: Only 'application/json' is allowed"),
+    ("application/x-www-form-urlencoded", 400,
+     "Unsupported Media Type: Only 'application/json' is allowed"),
+    ("application/json; charset=utf-8", 200, None),
+])
+def test_a_body_that_is_not_json_gets_vllms_answer(content_type, status, message):
+    """curl -d sends application/x-www-form-urlencoded: vLLM's server refuses it by media type,
+    not with FastAPI's "Input should be a valid dictionary"."""
+    from fastapi import FastAPI
+    from starlette.testclient import TestClient
+
+    from router.errors import install_error_handlers
+
+    app = FastAPI()
+    install_error_handlers(app)
+
+    @app.post("/v1/completions")
+    async def completions(body: _Prompt) -> dict:
+        return {"prompt": body.prompt}
+
+    r = TestClient(app).post("/v1/completions", content=b'{"prompt": "x"}',
+                             headers={"content-type": content_type})
+    assert r.status_code == status, r.text
+    if message:
+        assert r.json()["error"] == {"message": message, "type": "BadRequestError",
+                                     "param": None, "code": 400}
+
+
+class _Prompt(BaseModel):
+    prompt: str
