@@ -51,8 +51,8 @@ def install_error_handlers(app: FastAPI) -> None:
         first = errs[0] if errs else {}
         media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if request.method == "POST" and media_type != "application/json":
-            # FastAPI leaves a body of another media type unparsed ("Input should be a valid
-            # dictionary"); vLLM's server answers this (vllm api_utils.validate_json_request)
+            # FastAPI leaves a body of another media type, or of none, unparsed ("Input should be
+            # a valid dictionary"); vLLM's server answers this (api_utils.validate_json_request)
             return error_response(400, UNSUPPORTED_MEDIA_TYPE)
         if first.get("type") == "json_invalid":
             return error_response(400, f"Request body is not valid JSON: {first.get('msg')}")

@@ -48,6 +48,7 @@ def test_no_errors_still_say_something():
     ("application/x-www-form-urlencoded", 400,
      "Unsupported Media Type: Only 'application/json' is allowed"),
     ("application/json; charset=utf-8", 200, None),
+    (None, 400, "Unsupported Media Type: Only 'application/json' is allowed"),
 ])
 def test_a_body_that_is_not_json_gets_vllms_answer(content_type, status, message):
     """curl -d sends application/x-www-form-urlencoded: vLLM's server refuses it by media type,
@@ -65,7 +66,7 @@ def test_a_body_that_is_not_json_gets_vllms_answer(content_type, status, message
         return {"prompt": body.prompt}
 
     r = TestClient(app).post("/v1/completions", content=b'{"prompt": "x"}',
-                             headers={"content-type": content_type})
+                             headers={"content-type": content_type} if content_type else {})
     assert r.status_code == status, r.text
     if message:
         assert r.json()["error"] == {"message": message, "type": "BadRequestError",
