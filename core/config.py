@@ -293,7 +293,7 @@ class SpecserveConfig(Strict):
             ConfigError: unreadable file, bad YAML, or a field that fails validation (named).
         """
         try:
-            data = yaml.safe_load(Path(path).read_text())
+            data = yaml.load(Path(path).read_text(), Loader=_UniqueKeyLoader)  # noqa: S506
         except (OSError, yaml.YAMLError) as e:
             raise ConfigError(f"{path}: {e}") from e
         return cls.from_dict(data or {}, source=str(path))
@@ -305,6 +305,29 @@ class SpecserveConfig(Strict):
             return cls.model_validate(data)
         except ValidationError as e:
             raise ConfigError(_format_validation_error(e, source)) from None
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a mapping that repeats a key: PyYAML keeps the last one
+    silently, so a second `router:` block would drop the first without a word (YAML 1.2 requires
+    keys to be unique)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:  # the keys as written (a `<<` merge may be overridden)
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                hash(key)
+            except TypeError:
+                continue  # PyYAML's own "found unhashable key" follows
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark,
+                    f"found duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def _format_validation_error(err: ValidationError, source: str) -> str:

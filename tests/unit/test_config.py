@@ -90,6 +90,26 @@ def test_bad_yaml_file_is_a_config_error(tmp_path):
         SpecserveConfig.from_yaml(f)
 
 
+@pytest.mark.parametrize("text, line", [
+    ("router:\n  pin: auto\nserver:\n  port: 8000\nrouter:\n  pin: vanilla\n", 5),
+    ("vanilla:\n  num_replicas: 1\n  num_replicas: 2\n", 3),
+])
+def test_a_repeated_key_is_a_config_error_naming_it(tmp_path, text, line):
+    """PyYAML keeps the last of two equal keys silently: the first block would be lost."""
+    f = tmp_path / "c.yaml"
+    f.write_text(text)
+    with pytest.raises(ConfigError, match=rf"(?s)c.yaml: .*duplicate key '\w+'.*line {line}"):
+        SpecserveConfig.from_yaml(f)
+
+
+def test_a_merge_key_may_be_overridden():
+    import yaml
+
+    from core.config import _UniqueKeyLoader
+    data = yaml.load("a: &p {n: 2, m: 8}\nb:\n  <<: *p\n  n: 1\n", Loader=_UniqueKeyLoader)
+    assert data["b"] == {"n": 1, "m": 8}
+
+
 def _checkpoint(path, vocab):
     path.mkdir()
     (path / "config.json").write_text(json.dumps({"vocab_size": vocab}))
