@@ -5,6 +5,7 @@ client sees one format whether the ingress or the engine refused the request."""
 from __future__ import annotations
 
 import logging
+import re
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -24,6 +25,18 @@ _TYPES = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDe
 
 # vLLM's answer to a request body that is not `application/json` (400, as its server sends it)
 UNSUPPORTED_MEDIA_TYPE = "Unsupported Media Type: Only 'application/json' is allowed"
+
+
+# vLLM's VLLMValidationError writes its parameter into the message ("... (parameter=logprobs,
+# value=100)"); Ray Serve LLM's ingress keeps only the message of an engine's ErrorResponse.
+_ENGINE_PARAM = re.compile(r"\(parameter=([A-Za-z_][\w.]*)")
+
+
+def engine_error_param(message: str) -> str | None:
+    """The request field an engine's error message names (vLLM's `(parameter=NAME, ...)`), or
+    None."""
+    match = _ENGINE_PARAM.search(message)
+    return match.group(1) if match else None
 
 
 def error_response(status: int, message: str, param: str | None = None,
@@ -70,7 +83,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(OpenAIHTTPException)
     async def _openai(request: Request, exc: OpenAIHTTPException) -> JSONResponse:
-        return error_response(exc.status_code, exc.message)
+        return error_response(exc.status_code, exc.message, engine_error_param(exc.message))
 
     @app.exception_handler(HTTPException)  # Starlette's: routing's 404 / 405 too, not only ours
     async def _http(request: Request, exc: HTTPException) -> JSONResponse:

@@ -34,7 +34,7 @@ from router.board import get_board
 from router.capture import CaptureMarks
 from router.body_limit import BodyLimit
 from router.decider import PoolHealth, RouteDecider
-from router.errors import error_response, install_error_handlers
+from router.errors import engine_error_param, error_response, install_error_handlers
 from router.metrics import CONTENT_TYPE, RouterMetrics
 from router.policy import RequestFeatures
 from router.streaming import (REPLICA_FAILURES, PoolLost, RelayedStream, await_unless_gone,
@@ -187,7 +187,8 @@ class SpecserveIngress(AdminEndpoints, OpenAiIngress):
                                                        sequences)
                 break
             except OpenAIHTTPException as e:  # the engine refused it: say which path did
-                return error_response(e.status_code, e.message, headers=headers)
+                return error_response(e.status_code, e.message, engine_error_param(e.message),
+                                      headers=headers)
             except (*REPLICA_FAILURES, PoolLost) as e:
                 self._health.failed(route)
                 retry = self._decider.retry_route(route, decision)

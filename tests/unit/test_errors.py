@@ -75,3 +75,17 @@ def test_a_body_that_is_not_json_gets_vllms_answer(content_type, status, message
 
 class _Prompt(BaseModel):
     prompt: str
+
+
+def test_an_engine_error_names_its_parameter():
+    """vLLM's validation errors carry their field in the message; the error JSON's `param` too
+    (Ray Serve LLM's ingress passes the message on and drops the field)."""
+    from vllm.exceptions import VLLMValidationError
+
+    from router.errors import engine_error_param
+
+    message = str(VLLMValidationError("Requested sample logprobs of 100, which is greater than "
+                                      "max allowed: 20", parameter="logprobs", value=100))
+    assert engine_error_param(message) == "logprobs"
+    assert engine_error_param(str(VLLMValidationError("no field"))) is None
+    assert engine_error_param("The model has no parameter= here") is None
