@@ -51,6 +51,10 @@ def _interrupt(signum, frame) -> None:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
+    from deployments.engine_args import check_engine_kwargs  # imports vLLM: names and bounds
+
+    for pool in (cfg.vanilla, cfg.speculative):
+        check_engine_kwargs(pool)
     print(json.dumps(cfg.model_dump(mode="json"), indent=2))
     return 0
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+from typing import Annotated
 
 import vllm
+from pydantic import TypeAdapter, ValidationError
 from vllm.engine.arg_utils import AsyncEngineArgs
 
 from core import ConfigError, PoolConfig, SpeculativePoolConfig
@@ -19,9 +22,65 @@ _OWN_ENGINE_ARGS = {"model": "model.path", "tensor_parallel_size": "tensor_paral
 _ENGINE_ARGS = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
 
 
+@functools.cache
+def _field_adapters() -> dict[str, TypeAdapter]:
+    """{engine argument: a pydantic TypeAdapter of its type and constraints} for each argument
+    that exactly one of vLLM's config classes (`vllm.config.*Config`, pydantic dataclasses) holds
+    under its own name, e.g. `stream_interval` (SchedulerConfig, int >= 1). vLLM validates the
+    same field when the engine builds its config; here the config is refused before any replica
+    starts. Checks made in a config class's `__post_init__` or validators are not repeated."""
+    import vllm.config
+
+    owners: dict[str, list] = {}
+    for cls_name in dir(vllm.config):
+        cls = getattr(vllm.config, cls_name)
+        if cls_name.endswith("Config") and isinstance(getattr(cls, "__pydantic_fields__", None),
+                                                      dict):
+            for field, info in cls.__pydantic_fields__.items():
+                owners.setdefault(field, []).append(info)
+    adapters = {}
+    for field in _ENGINE_ARGS & owners.keys():
+        if len(owners[field]) != 1:
+            continue  # a name several configs use: which one vLLM fills is not ours to guess
+        info = owners[field][0]
+        try:
+            adapters[field] = TypeAdapter(Annotated[info.annotation, *info.metadata])
+        except Exception:  # noqa: BLE001 (a forward reference pydantic cannot build alone)
+            continue
+    return adapters
+
+
+# pydantic error types of a number outside a `Field` bound: the only refusals repeated here.
+# Type errors are left to vLLM: `EngineArgs` takes some values in another form than its config
+# class holds them (None for "derive it", strings it parses) and converts them first.
+_BOUND_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal",
+                 "multiple_of"}
+
+
+def check_engine_kwarg_value(field: str, key: str, value) -> None:
+    """Refuses a number `value` outside the bounds vLLM's config class sets for engine argument
+    `key` (`Field(ge=...)` and the like; `_field_adapters`), e.g. `stream_interval: 0`. Other
+    values, and arguments no single config class holds, are left to vLLM.
+
+    Raises:
+        ConfigError: `<field>: <pydantic's message> (vLLM <version>, got <value>)`.
+    """
+    adapter = _field_adapters().get(key)
+    if adapter is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    try:
+        adapter.validate_python(value)
+    except ValidationError as e:
+        errors = e.errors()
+        if errors and all(err["type"] in _BOUND_ERRORS for err in errors):
+            raise ConfigError(f"{field}: {errors[0]['msg']} (vLLM {vllm.__version__}, got "
+                              f"{value!r})") from None
+
+
 def check_engine_kwargs(pool: PoolConfig) -> None:
     """Refuses `engine_kwargs` that vLLM's `AsyncEngineArgs` does not take (a TypeError at
-    replica start otherwise) or that a config field already sets.
+    replica start otherwise), that a config field already sets, or whose value vLLM's config
+    class refuses (`check_engine_kwarg_value`).
 
     Raises:
         ConfigError: naming `<pool>.engine_kwargs.<name>`.
@@ -36,3 +95,4 @@ def check_engine_kwargs(pool: PoolConfig) -> None:
                 " (engine metrics feed the router)"))
         if key not in _ENGINE_ARGS:
             raise ConfigError(f"{field}: not a vLLM {vllm.__version__} engine argument")
+        check_engine_kwarg_value(field, key, pool.engine_kwargs[key])

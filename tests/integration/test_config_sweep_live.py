@@ -134,6 +134,10 @@ REFUSED = {
     "unknown engine argument": (
         {"vanilla__engine_kwargs": {"max_num_seq": 8}},
         "vanilla.engine_kwargs.max_num_seq: not a vLLM", {"max_num_seq": 8}, "config"),
+    "engine argument below vLLM's bound": (
+        {"vanilla__engine_kwargs": {"stream_interval": 0}},
+        "vanilla.engine_kwargs.stream_interval: Input should be greater than or equal to 1",
+        {"stream_interval": 0, "speculative_config": None}, "config"),
     "ngram lookup min above max": (
         {"speculative__speculator": {"method": "ngram", "model": None, "prompt_lookup_min": 4,
                                      "prompt_lookup_max": 3}},

@@ -1,6 +1,7 @@
 """Config validation: strict, every error names its field (../shared/cases #6 for vocab)."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -198,3 +199,28 @@ def test_tensor_parallel_across_nodes_only_when_asked():
     cfg = SpecserveConfig.from_dict({**_spec(), "autoscaling": {"enabled": False}, "vanilla": {
         **gpu, "placement_strategy": "PACK", "tensor_parallel_across_nodes": True}})
     assert cfg.vanilla.placement_strategy == "PACK"
+
+
+@pytest.mark.parametrize("engine_kwargs, named", [
+    ({"stream_interval": 0}, "vanilla.engine_kwargs.stream_interval: Input should be greater "
+                             "than or equal to 1"),
+    ({"max_num_seq": 8}, "vanilla.engine_kwargs.max_num_seq: not a vLLM"),
+    ({"stream_interval": 8}, None),
+])
+def test_validate_checks_engine_arguments_as_serve_does(tmp_path, capsys, engine_kwargs, named):
+    """`specserve validate` refuses what `serve` would refuse before any replica starts: an
+    engine argument vLLM does not have, or a number outside vLLM's bound for it."""
+    import yaml
+
+    from cluster.cli import main
+
+    data = yaml.safe_load(Path(DEFAULT_CONFIG_PATH).read_text())
+    data["vanilla"]["engine_kwargs"] = engine_kwargs
+    f = tmp_path / "c.yaml"
+    f.write_text(yaml.safe_dump(data))
+    code = main(["validate", "--config", str(f)])
+    out, err = capsys.readouterr()
+    if named:
+        assert code == 2 and named in err and not out
+    else:
+        assert code == 0 and '"stream_interval": 8' in out
