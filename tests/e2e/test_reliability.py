@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import glob
 import json
 import statistics
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import psutil
@@ -18,6 +20,7 @@ import ray
 from ray import serve
 
 from bench.soak import soak
+from tests.local_ray import until
 from tests.session_app import MAX_IN_FLIGHT_PER_REPLICA
 
 pytestmark = pytest.mark.serve
@@ -156,6 +159,20 @@ def test_n_with_streaming(client):
     assert indexes == {0, 1}
 
 
+def _router_log_lines(request_id: str) -> list[str]:
+    """The router replica's log lines of `request_id`, once its access line is written."""
+    logs = glob.glob("/tmp/ray/session_latest/logs/serve/replica_*router*.log")
+    assert logs, "no router replica log under /tmp/ray/session_latest"
+
+    def lines_of_request():
+        found = [line for f in logs for line in Path(f).read_text(errors="replace").splitlines()
+                 if request_id in line]
+        return found if any("POST /v1/completions" in line for line in found) else None
+    lines = until(lines_of_request, 30, 0.5)
+    assert lines, f"the router never logged request {request_id}"
+    return lines
+
+
 @pytest.mark.parametrize("route", ROUTES)
 def test_abandoned_stream_is_aborted_in_its_pool(server, client, route):
     """../shared/cases #4 (max_tokens 1000 + prompt fits the 1024-token context; 2000 would not)."""
@@ -163,6 +180,7 @@ def test_abandoned_stream_is_aborted_in_its_pool(server, client, route):
         with c.stream("POST", "/v1/completions", json={**LONG, "stream": True,
                                                         "route": route}) as r:
             assert r.headers["x-specserve-route"] == route
+            request_id = r.headers["x-request-id"]
             lines = r.iter_lines()
             chunks = []
             for line in lines:
@@ -174,6 +192,10 @@ def test_abandoned_stream_is_aborted_in_its_pool(server, client, route):
     took = _wait_engine_empty(route, within_s=2.0)
     assert took is not None, f"{route} engine still runs the abandoned request after 2 s"
     assert _ok(client, route=route).json()["usage"]["completion_tokens"] == 2
+    # the router logged the request's end as a disconnect, not as an unhandled error (Ray Serve
+    # cancels it and `receive` raised TaskCancelledError: router/streaming.py)
+    lines = _router_log_lines(request_id)
+    assert not [line for line in lines if "unhandled error" in line], lines
 
 
 @pytest.mark.parametrize("route", ROUTES)

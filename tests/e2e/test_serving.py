@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from router.errors import UNSUPPORTED_MEDIA_TYPE
 from tests.local_ray import until
 
 pytestmark = pytest.mark.serve
@@ -170,6 +171,24 @@ def test_body_that_is_not_json(client):
                                                                       "application/json"})
     assert r.status_code == 400
     assert r.json()["error"]["type"] == "BadRequestError"
+
+
+@pytest.mark.parametrize("headers", [{"content-type": "text/plain"},
+                                     {"content-type": "application/x-www-form-urlencoded"}, {}])
+def test_a_json_body_of_another_media_type_gets_vllms_answer(client, headers):
+    body = json.dumps({"model": MODEL, "prompt": "x", "max_tokens": 1}).encode()
+    r = client.post("/v1/completions", content=body, headers=headers)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["message"] == UNSUPPORTED_MEDIA_TYPE
+
+
+@pytest.mark.parametrize("route", ["vanilla", "speculative"])
+def test_an_engine_refusal_names_its_param(client, route):
+    """The engine refuses logprobs above its limit; vLLM names the field in its message only."""
+    r = client.post("/v1/completions", json={"model": MODEL, "prompt": CODE, "max_tokens": 2,
+                                             "logprobs": 100, "route": route})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "logprobs"
 
 
 def test_health_says_ok_only_once_every_pools_engines_are_up(client, serve_config):
