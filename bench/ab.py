@@ -153,18 +153,15 @@ def main(argv: list[str] | None = None, prog: str = "bench.ab",
         p.error("--values: give distinct values")
     args.workload, args.heldout_concurrency = "mixed", []
     base = base_config(args)
+    from deployments.engine_args import check_engine_kwargs
+
     configs = {}
     for v in args.values:
-        try:
+        try:  # pydantic's ValidationError and ConfigError are ValueErrors
             configs[json.dumps(v)] = with_setting(base, args.setting, v, args.eager)
-        except ValueError as e:  # pydantic's ValidationError is one
+            check_engine_kwargs(configs[json.dumps(v)].vanilla)
+        except ValueError as e:
             p.error(f"{args.setting}={json.dumps(v)}: {e}")
-        if args.setting not in PoolConfig.model_fields:
-            from deployments.engine_args import check_engine_kwargs
-            try:
-                check_engine_kwargs(configs[json.dumps(v)].vanilla)
-            except ValueError as e:
-                p.error(f"--setting {args.setting}: {e}")
     out = args.out or Path("bench/results") / time.strftime(
         f"%Y%m%d-%H%M%S-{args.setting}", time.gmtime())
     out.mkdir(parents=True, exist_ok=True)

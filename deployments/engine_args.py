@@ -23,12 +23,9 @@ _ENGINE_ARGS = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
 
 
 @functools.cache
-def _field_adapters() -> dict[str, TypeAdapter]:
-    """{engine argument: a pydantic TypeAdapter of its type and constraints} for each argument
-    that exactly one of vLLM's config classes (`vllm.config.*Config`, pydantic dataclasses) holds
-    under its own name, e.g. `stream_interval` (SchedulerConfig, int >= 1). vLLM validates the
-    same field when the engine builds its config; here the config is refused before any replica
-    starts. Checks made in a config class's `__post_init__` or validators are not repeated."""
+def _config_fields() -> dict[str, list]:
+    """{field name: its pydantic FieldInfo in each of vLLM's config classes that has it}
+    (`vllm.config.*Config`, pydantic dataclasses)."""
     import vllm.config
 
     owners: dict[str, list] = {}
@@ -38,16 +35,24 @@ def _field_adapters() -> dict[str, TypeAdapter]:
                                                       dict):
             for field, info in cls.__pydantic_fields__.items():
                 owners.setdefault(field, []).append(info)
-    adapters = {}
-    for field in _ENGINE_ARGS & owners.keys():
-        if len(owners[field]) != 1:
-            continue  # a name several configs use: which one vLLM fills is not ours to guess
-        info = owners[field][0]
-        try:
-            adapters[field] = TypeAdapter(Annotated[info.annotation, *info.metadata])
-        except Exception:  # noqa: BLE001 (a forward reference pydantic cannot build alone)
-            continue
-    return adapters
+    return owners
+
+
+@functools.cache
+def _field_adapter(key: str) -> TypeAdapter | None:
+    """A pydantic TypeAdapter of engine argument `key`'s type and constraints, where exactly one
+    of vLLM's config classes holds it under its own name, e.g. `stream_interval` (SchedulerConfig,
+    int >= 1); else None (a name several configs use: which one vLLM fills is not ours to guess).
+    vLLM validates the same field when the engine builds its config; here the config is refused
+    before any replica starts. Checks in a config class's `__post_init__` or validators are not
+    repeated."""
+    infos = _config_fields().get(key, [])
+    if len(infos) != 1:
+        return None
+    try:
+        return TypeAdapter(Annotated[infos[0].annotation, *infos[0].metadata])
+    except Exception:  # noqa: BLE001 (a forward reference pydantic cannot build alone)
+        return None
 
 
 # pydantic error types of a number outside a `Field` bound: the only refusals repeated here.
@@ -59,13 +64,13 @@ _BOUND_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_e
 
 def check_engine_kwarg_value(field: str, key: str, value) -> None:
     """Refuses a number `value` outside the bounds vLLM's config class sets for engine argument
-    `key` (`Field(ge=...)` and the like; `_field_adapters`), e.g. `stream_interval: 0`. Other
+    `key` (`Field(ge=...)` and the like; `_field_adapter`), e.g. `stream_interval: 0`. Other
     values, and arguments no single config class holds, are left to vLLM.
 
     Raises:
         ConfigError: `<field>: <pydantic's message> (vLLM <version>, got <value>)`.
     """
-    adapter = _field_adapters().get(key)
+    adapter = _field_adapter(key)
     if adapter is None or isinstance(value, bool) or not isinstance(value, (int, float)):
         return
     try:
