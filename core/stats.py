@@ -61,6 +61,10 @@ class EngineStats:
     step_sample_id: int = 0
     # Startup profile of this replica: {running batch: seconds per engine step}.
     profile: dict[int, float] = field(default_factory=dict)
+    # Its context cost (deployments/profile.py `profile_context_cost`): κ, seconds per step per
+    # running sequence per context token, and the mean context (tokens) the profile ran at;
+    # (0.0, 0.0): not measured.
+    profile_context: tuple[float, float] = (0.0, 0.0)
     # The replica's startup check (deployments/sampling_check.py): its engine samples the
     # target's distribution on the speculative path at temperature > 0.
     lossless_sampling: bool = False
@@ -170,8 +174,22 @@ class PoolStats:
     step_samples: list[tuple[str, int, float, float]] = field(default_factory=list)
     # Startup profiles of the pool's replicas: {running batch: mean seconds per engine step}.
     profile: dict[int, float] = field(default_factory=dict)
+    # Their context cost (κ s per step per sequence per context token, reference context tokens),
+    # the mean over the replicas that measured one; (0.0, 0.0): none did.
+    profile_context: tuple[float, float] = (0.0, 0.0)
+    # Context tokens of the sequences in flight to it (prompt + half the expected output each),
+    # from every ingress replica: in_flight_context / in_flight is their mean context.
+    in_flight_context: int = 0
     # Every live replica passed its sampling check (False while none has reported).
     lossless_sampling: bool = False
+
+    @property
+    def mean_context(self) -> float | None:
+        """Mean context tokens per sequence in flight to the pool (None: none in flight, or no
+        ingress counted their context)."""
+        if self.in_flight <= 0 or self.in_flight_context <= 0:
+            return None
+        return self.in_flight_context / self.in_flight
 
 
 @dataclass(slots=True)

@@ -10,6 +10,15 @@ at N requests in the engine (running + waiting), `core.stats.busy_window_samples
 box by up to 5x at batch 64 (our reference benchmark: waiting requests, prefill steps and
 the other pool on the same cores are invisible to it); the autoscaler's roofline
 (deployments/utilization.py) keeps it.
+
+Context length: a decode step also reads every running sequence's KV cache, so at a batch of B
+sequences with a mean context of L tokens, T(B, L) = T(B, L_ref) + κ·B·(L − L_ref), κ in seconds per
+sequence per context token (the attention's share, linear in the tokens it reads; MagicDec,
+Chen et al. 2024, arXiv:2408.11049, §3: at long context and large batch the KV read, not the
+weights, bounds a step, and speculation pays again because verification reads the KV once for
+γ+1 tokens). κ and L_ref come from the startup profile (`deployments.profile.profile_context_cost`:
+the same batch at a short and a long prompt); the buckets hold step times at L_ref, and a served
+sample taken at another mean context is moved to L_ref before it is folded in.
 """
 
 from __future__ import annotations
@@ -35,17 +44,42 @@ class StepTimeModel:
 
     weight: float = 0.2
     max_batch: int | None = None
+    # κ: seconds per step per running sequence per context token; 0: context not modelled
+    context_s: float = 0.0
+    ref_context: float = 0.0  # mean context tokens per sequence at which the buckets hold
     _mean_s: dict[int, float] = field(default_factory=dict)
     _profiled: set[int] = field(default_factory=set)  # buckets still holding a profile point
     _fit: dict[int, float] | None = None  # `_mean_s` made non-decreasing (`_monotone`); cached
 
-    def observe(self, batch: float, step_s: float) -> None:
+    def set_context_cost(self, context_s: float, ref_context: float) -> None:
+        """Sets κ (seconds per step per running sequence per context token, ≥ 0) and the mean
+        context L_ref (tokens per sequence) at which the buckets hold; non-finite or negative
+        values leave context out of the model (κ = 0)."""
+        ok = math.isfinite(context_s) and math.isfinite(ref_context) and context_s >= 0 \
+            and ref_context >= 0
+        self.context_s, self.ref_context = (context_s, ref_context) if ok else (0.0, 0.0)
+
+    def _context_delta(self, batch: float, context: float | None) -> float:
+        """κ·B·(L − L_ref) seconds at running batch `batch` and mean context `context`."""
+        if context is None or not self.context_s:
+            return 0.0
+        return self.context_s * self._running(max(batch, 1.0)) * (max(context, 0.0)
+                                                                 - self.ref_context)
+
+    def observe(self, batch: float, step_s: float, context: float | None = None) -> None:
         """Folds one measured step time (seconds) at running batch `batch` into its bucket; the
         first sample of a bucket replaces its profile point rather than averaging with it (a startup
         profile runs on a cold engine: speculative batch 1 profiled 28 ms against ~20 ms served
-        in our reference benchmark)."""
+        in our reference benchmark).
+
+        Args:
+            context: mean context tokens per sequence while it was measured (None: unknown,
+                taken as L_ref); the sample is moved to L_ref (module docstring), never below half
+                its measured value.
+        """
         if step_s <= 0 or batch <= 0:
             return
+        step_s = max(step_s - self._context_delta(batch, context), step_s / 2)
         b = _bucket_of(self._running(batch))
         old = self._mean_s.get(b)
         if old is None or b in self._profiled:
@@ -64,26 +98,34 @@ class StepTimeModel:
                 self._profiled.add(b)
                 self._fit = None
 
-    def fold(self, profile: dict[int, float], samples, seen: dict[str, int]) -> None:
+    def fold(self, profile: dict[int, float], samples, seen: dict[str, int],
+             context_cost: tuple[float, float] | None = None,
+             context: float | None = None) -> None:
         """Folds one pool's StatsBoard entry: its replicas' startup `profile` (`load_profile`),
         then each replica's newest served sample, once (`seen`: replica id -> the sample id
         last folded, kept by the caller across calls).
 
         Args:
             samples: [(replica id, sample id, batch, seconds per step)] (`PoolStats.step_samples`).
+            context_cost: (κ, L_ref) of the replicas' profile (`set_context_cost`); None: keep.
+            context: mean context tokens per sequence in flight to the pool now, the samples'
+                context (None: unknown).
         """
+        if context_cost is not None and context_cost[0] > 0:
+            self.set_context_cost(*context_cost)
         self.load_profile(profile)
         for replica, sample_id, batch, step_s in samples:
             if seen.get(replica) != sample_id:
                 seen[replica] = sample_id
-                self.observe(batch, step_s)
+                self.observe(batch, step_s, context)
 
     def _running(self, batch: float) -> float:
         return min(batch, self.max_batch) if self.max_batch else batch
 
-    def step_time(self, batch: float) -> float | None:
-        """Seconds per decode step as a request lives it with `batch` requests in the engine;
-        None before any profile or sample.
+    def step_time(self, batch: float, context: float | None = None) -> float | None:
+        """Seconds per decode step as a request lives it with `batch` requests in the engine at a
+        mean context of `context` tokens per sequence (None: L_ref, the profile's); None before
+        any profile or sample.
 
         Up to `max_batch`: the step time of that running batch, interpolated in log2(B) between
         known buckets (their means made non-decreasing in B, `_monotone`), flat below the
@@ -91,13 +133,15 @@ class StepTimeModel:
         through the last two (a larger batch never steps faster; with one bucket, step time
         proportional to the batch: the compute-bound bound). Above `max_batch`, N requests share
         max_batch slots, so each advances one token every T(max_batch) · N / max_batch seconds
-        (processor sharing; waiting requests' prefills not counted).
+        (processor sharing; waiting requests' prefills not counted). Context adds κ·B·(L − L_ref)
+        to the running step (module docstring), never taking it below half its L_ref value.
         """
         if not self._mean_s:
             return None
         running = max(self._running(batch), 1.0)
         queueing = max(1.0, batch / running)
-        return self._running_step(running) * queueing
+        base = self._running_step(running)
+        return max(base + self._context_delta(running, context), base / 2) * queueing
 
     def served(self, batch: float) -> bool:
         """Whether the bucket of `batch` (at the running batch) holds a served sample, not only

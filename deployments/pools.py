@@ -34,11 +34,13 @@ from deployments.capture import CaptureRecorder, install_capture
 from deployments.cores import SHARE_CORES_ENV, CoreLease, NoFreeCores
 from deployments.engine_args import check_engine_kwargs
 from deployments.engine_metrics import export_engine_metrics
-from deployments.profile import profile_batches, profile_step_times
+from deployments.profile import (CONTEXT_BATCH, long_prompt_tokens, profile_batches,
+                                 profile_context_cost, profile_step_times)
 from deployments.sampling_check import SamplingCheck, check_sampling
 from deployments.streaming import first_then_batched
 from deployments.utilization import make_source
 from router.board import get_board
+from router.request import load_tokenizer
 
 logger = logging.getLogger("specserve.pools")
 
@@ -123,6 +125,7 @@ class PoolServer(LLMServer):
             profile_batches(profile_max_batch))
         logger.info("%s step-time profile in %.1f s: %s", pool, time.perf_counter() - t0,
                     {b: f"{s * 1e3:.1f} ms" for b, s in self._profile.items()})
+        self._profile_context = await self._profile_context_cost(llm_config, profile_max_batch)
         self._steps = StepTimeModel()
         self._steps.load_profile(self._profile)
         self._last_stats = EngineStats()
@@ -166,6 +169,29 @@ class PoolServer(LLMServer):
         logger.info("replica of rank %s serves the candidate speculator %s", rank, model)
         return with_engine_kwargs(llm_config, speculative_config={**spec, "model": model})
 
+    async def _profile_context_cost(self, llm_config: LLMConfig, profile_max_batch: int
+                                    ) -> tuple[float, float]:
+        """(κ, L_ref) of this engine (deployments/profile.py `profile_context_cost`) at batch
+        min(CONTEXT_BATCH, profile_max_batch); (0.0, 0.0) when there is no profile, no tokenizer
+        file or no room for a long prompt, or a window held no step."""
+        batch = min(CONTEXT_BATCH, profile_max_batch)
+        kwargs = llm_config.engine_kwargs
+        spec = kwargs.get("speculative_config") or {}
+        long_tokens = long_prompt_tokens(int(kwargs.get("max_model_len") or 0),
+                                         int(spec.get("num_speculative_tokens") or 0))
+        tokenizer = load_tokenizer(str(llm_config.model_loading_config.model_source))
+        if batch < 1 or tokenizer is None or long_tokens <= 0:
+            return 0.0, 0.0
+        t0 = time.perf_counter()
+        cost = await profile_context_cost(
+            self._run_profile_request, lambda: self.engine_stats_now().iterations, batch,
+            lambda text: len(tokenizer.encode(text).ids), long_tokens)
+        logger.info("%s context cost in %.1f s (batch %d, %d-token prompts): %s", self._pool,
+                    time.perf_counter() - t0, batch, long_tokens,
+                    "not measured" if cost is None else
+                    f"{cost[0] * 1e6:.3f} us per sequence per context token at {cost[1]:.0f}")
+        return cost or (0.0, 0.0)
+
     def _batch_output_stream(self, generator):
         """Ray Serve LLM's batching of a streamed response (every `stream_batching_interval_ms`,
         `PoolConfig`), except that the first chunk leaves as soon as the engine makes it
@@ -204,6 +230,7 @@ class PoolServer(LLMServer):
                     stats.step_sample_id = stats.iterations
                 self._last_stats = stats
                 stats.profile = self._profile
+                stats.profile_context = self._profile_context
                 stats.lossless_sampling = self._sampling.lossless
                 stats.speculator = self._fingerprint
                 if self._capture is not None:

@@ -93,6 +93,13 @@ async def profile_step_times(run_one: RunOne, iterations: Callable[[], int],
 async def _decode_window(run_one: RunOne, iterations: Callable[[], int], batch: int,
                          max_tokens: int, tags: Iterator[int]) -> float | None:
     """Seconds per step while all `batch` requests decode (None: no step had them all)."""
+    return await _decode_window_of(run_one, iterations, batch, max_tokens,
+                                   lambda: profile_prompt(next(tags)))
+
+
+async def _decode_window_of(run_one: RunOne, iterations: Callable[[], int], batch: int,
+                            max_tokens: int, prompt: Callable[[], str]) -> float | None:
+    """`_decode_window` on prompts from `prompt()`, one per request."""
     started = 0
     ends: dict[str, tuple[float, int]] = {}
 
@@ -103,7 +110,7 @@ async def _decode_window(run_one: RunOne, iterations: Callable[[], int], batch: 
             ends["open"] = (time.perf_counter(), iterations())
 
     async def one() -> None:
-        await run_one(profile_prompt(next(tags)), max_tokens, on_first)
+        await run_one(prompt(), max_tokens, on_first)
         ends.setdefault("close", (time.perf_counter(), iterations()))
 
     await asyncio.gather(*(one() for _ in range(batch)))
@@ -111,3 +118,80 @@ async def _decode_window(run_one: RunOne, iterations: Callable[[], int], batch: 
         return None
     (t0, it0), (t1, it1) = ends["open"], ends["close"]
     return (t1 - t0) / (it1 - it0) if it1 > it0 and t1 > t0 else None
+
+
+# The context-cost windows (`profile_context_cost`): their batch, and the longest prompt the long
+# one uses (the cost is linear in the context, so a longer one adds only prefill time).
+CONTEXT_BATCH = 8
+LONG_CONTEXT_TOKENS = 4096
+
+
+def long_prompt_tokens(max_model_len: int, num_speculative_tokens: int = 0,
+                       decode_tokens: int = DECODE_TOKENS) -> int:
+    """Prompt tokens of the long context window: what max_model_len leaves after the window's
+    1 + `decode_tokens` outputs, the speculator's lookahead and 8 tokens of margin, at most
+    `LONG_CONTEXT_TOKENS` (0 when nothing is left)."""
+    return max(0, min(LONG_CONTEXT_TOKENS,
+                      max_model_len - 1 - decode_tokens - num_speculative_tokens - 8))
+
+
+def context_prompt(tag: int, tokens: int, count: Callable[[str], int]) -> str:
+    """`profile_prompt(tag)` grown line by line of PROFILE_PROMPT's code until it is as long as
+    it can be within `tokens` tokens by `count` (never shorter than `profile_prompt(tag)`)."""
+    lines = PROFILE_PROMPT.splitlines(keepends=True)
+    prompt = profile_prompt(tag)
+    body = prompt.splitlines(keepends=True)
+    n = len(body)
+    lo, hi = 0, 1
+    while count("".join(body + lines * hi)) <= tokens:  # double, then bisect, whole repeats
+        lo, hi = hi, hi * 2
+        if hi > 1 << 20:
+            break
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if count("".join(body + lines * mid)) <= tokens else (lo, mid)
+    body += lines * lo
+    for line in lines:  # then line by line
+        if count("".join(body + [line])) > tokens:
+            break
+        body.append(line)
+    return "".join(body) if len(body) > n else prompt
+
+
+async def profile_context_cost(run_one: RunOne, iterations: Callable[[], int], batch: int,
+                               count: Callable[[str], int], long_tokens: int,
+                               decode_tokens: int = DECODE_TOKENS
+                               ) -> tuple[float, float] | None:
+    """(κ, L_ref): the context cost of a decode step, from two decode windows (`_decode_window`)
+    at the same `batch`, one on the profile's short prompts and one on prompts of about
+    `long_tokens` tokens: κ = (T_long − T_short) / (batch · ΔL) seconds per step per running
+    sequence per context token (ΔL: the prompts' difference in tokens by `count`, the target's
+    tokenizer; clipped at 0, a step never gets cheaper with more context), and L_ref, the short
+    window's mean context (prompt + 1 + decode_tokens / 2 tokens). The model it feeds is
+    T(B, L) = T(B, L_ref) + κ·B·(L − L_ref) (core/step_time.py, after MagicDec,
+    arXiv:2408.11049).
+
+    Args:
+        run_one, iterations: as `profile_step_times`.
+        batch: sequences decoding together in each window (≥ 1).
+        count: tokens of a prompt in the target's tokenizer.
+        long_tokens: the long prompts' length in tokens (`long_prompt_tokens`).
+
+    Returns:
+        None when either window held no step with every request decoding, or the long prompt is
+        not longer than the short one.
+    """
+    tags = itertools.count(1 << 20)  # prompts no other profile request shares a prefix with
+    short = profile_prompt(0)
+    long = context_prompt(0, long_tokens, count)
+    delta = count(long) - count(short)
+    if batch < 1 or delta <= 0:
+        return None
+    long_tags = itertools.count(1 << 21)
+    t_short = await _decode_window(run_one, iterations, batch, 1 + decode_tokens, tags)
+    t_long = await _decode_window_of(run_one, iterations, batch, 1 + decode_tokens,
+                                     lambda: context_prompt(next(long_tags), long_tokens, count))
+    if t_short is None or t_long is None:
+        return None
+    ref = count(short) + 1 + decode_tokens / 2
+    return max(0.0, (t_long - t_short) / (batch * delta)), ref

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from typing import get_args
 
 from fastapi import Request
@@ -60,8 +61,12 @@ class AdminEndpoints:
         `temperature` (default 0: E[τ] depends on it), with where S reaches `router.min_speedup`:
         "pays_at_batches", every curve batch where it does, and "pays_up_to_batch", the largest
         B such that it does at every curve batch from 1 to B (0: not even at batch 1; a curve
-        can pay again at a larger batch, which only "pays_at_batches" shows). 400 when
-        `temperature` is not a number in [0, 2] (OpenAI's range)."""
+        can pay again at a larger batch, which only "pays_at_batches" shows). The optional
+        `context` (tokens per sequence, ≥ 0) prices every batch at that mean context (default:
+        each pool's profile context); "context_cost" gives each pool's κ (seconds per step per
+        sequence per context token) and the context its profile ran at (core/step_time.py). 400
+        when `temperature` is not a number in [0, 2] (OpenAI's range) or `context` is not a
+        finite number ≥ 0."""
         raw = request.query_params.get("temperature", "0")
         try:
             temperature = float(raw)
@@ -70,14 +75,28 @@ class AdminEndpoints:
         if not 0.0 <= temperature <= 2.0:
             return error_response(400, f"temperature: expected a number in [0, 2], got {raw!r}",
                                   param="temperature")
+        raw_context = request.query_params.get("context")
+        context = None
+        if raw_context is not None:
+            try:
+                context = float(raw_context)
+            except ValueError:
+                context = float("nan")
+            if not (math.isfinite(context) and context >= 0):
+                return error_response(400, "context: expected a number of tokens >= 0, got "
+                                      f"{raw_context!r}", param="context")
+        model = self._decider.speedup_model
         out = {}
         for task in get_args(TaskType):
-            rows = self._decider.speedup_model.curve(task, temperature)
+            rows = model.curve(task, temperature, context)
             pays = [r["batch"] for r in rows if r["speedup"] >= self._cfg.router.min_speedup]
             out[task] = {"pays_up_to_batch": pays_up_to(rows, pays), "pays_at_batches": pays,
                          "curve": rows}
+        costs = {pool: {"context_s_per_token": m.context_s, "profile_context": m.ref_context}
+                 for pool, m in model.step_times.items()}
         return JSONResponse({"min_speedup": self._cfg.router.min_speedup,
-                             "temperature": temperature, "tasks": out})
+                             "temperature": temperature, "context": context,
+                             "context_cost": costs, "tasks": out})
 
     async def get_speculators(self) -> dict:
         """Live acceptance per speculator and task, over every ingress replica, and the rollout

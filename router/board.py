@@ -48,7 +48,8 @@ class StatsBoard:
         self._started = time.monotonic()
         self._epoch = uuid.uuid4().hex  # a new one each (re)start
         self._engines: dict[str, tuple[str, float, EngineStats]] = {}  # id -> (pool, t, stats)
-        self._in_flight: dict[str, tuple[float, dict[str, int]]] = {}  # ingress id -> (t, per pool)
+        # ingress id -> (t, sequences per pool, their context tokens per pool)
+        self._in_flight: dict[str, tuple[float, dict[str, int], dict[str, int]]] = {}
         self._acceptance: dict[str, tuple[float, dict]] = {}  # ingress id -> (t, its counts)
         self._speculators: dict[str, tuple[float, dict]] = {}  # ingress id -> (t, its tallies)
         self._rollout: dict = {}  # deployments/rollout.py: state, candidate, outcomes
@@ -91,8 +92,11 @@ class StatsBoard:
         `STALE_AFTER_S`."""
         self._engines.pop(replica_id, None)
 
-    def report_in_flight(self, ingress_id: str, in_flight: dict[str, int]) -> None:
-        self._in_flight[ingress_id] = (time.monotonic(), dict(in_flight))
+    def report_in_flight(self, ingress_id: str, in_flight: dict[str, int],
+                         context: dict[str, int] | None = None) -> None:
+        """An ingress replica's sequences in flight per pool, and their context tokens per pool
+        (prompt + half the expected output each; None: not counted)."""
+        self._in_flight[ingress_id] = (time.monotonic(), dict(in_flight), dict(context or {}))
 
     def report_autoscaler(self, calls: int, events: list[dict]) -> None:
         """The autoscaling policy's invocation count and its new decision events."""
@@ -124,7 +128,8 @@ class StatsBoard:
         for pool, stats in self.snapshot().pools.items():
             model = self._step_models.setdefault(
                 pool, StepTimeModel(max_batch=(max_num_seqs or {}).get(pool)))
-            model.fold(stats.profile, stats.step_samples, self._seen_samples)
+            model.fold(stats.profile, stats.step_samples, self._seen_samples,
+                       stats.profile_context, stats.mean_context)
         demand = offered_load(self._arrivals.values(), now, window_s) if self._arrivals \
             else None
         return {"demand": demand, "step_times": {p: m.points() for p, m in
@@ -140,6 +145,7 @@ class StatsBoard:
         now = time.monotonic()
         pools: dict[str, PoolStats] = {}
         profiles: dict[tuple[str, int], list[float]] = {}
+        contexts: dict[str, list[tuple[float, float]]] = {}
         for rid, (pool, t, stats) in list(self._engines.items()):
             if now - t > STALE_AFTER_S:
                 del self._engines[rid]
@@ -153,14 +159,21 @@ class StatsBoard:
                 p.step_samples.append((rid, stats.step_sample_id, stats.step_batch, stats.step_s))
             for batch, step_s in stats.profile.items():
                 profiles.setdefault((pool, batch), []).append(step_s)
+            if stats.profile_context[0] > 0:
+                contexts.setdefault(pool, []).append(stats.profile_context)
         for (pool, batch), times in profiles.items():  # mean over the pool's replicas
             pools[pool].profile[batch] = sum(times) / len(times)
-        for iid, (t, counts) in list(self._in_flight.items()):
+        for pool, costs in contexts.items():
+            pools[pool].profile_context = (sum(c[0] for c in costs) / len(costs),
+                                           sum(c[1] for c in costs) / len(costs))
+        for iid, (t, counts, context) in list(self._in_flight.items()):
             if now - t > STALE_AFTER_S:
                 del self._in_flight[iid]
             elif iid != exclude_ingress:
                 for pool, n in counts.items():
                     pools.setdefault(pool, PoolStats()).in_flight += n
+                for pool, n in context.items():
+                    pools.setdefault(pool, PoolStats()).in_flight_context += n
         return BoardSnapshot(pools, now - self._started)
 
 

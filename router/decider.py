@@ -114,16 +114,21 @@ class PressureTracker:
         self._ingress_id = ingress_id
         self._configured = dict(configured_replicas)
         self._local: dict[Route, int] = {pool: 0 for pool in configured_replicas}
+        self._local_context: dict[Route, int] = {pool: 0 for pool in configured_replicas}
         self.remote: dict[str, PoolStats] = {}
         self.board_age_s = float("inf")  # of the board when it gave `remote` (BoardSnapshot)
 
-    def start(self, pool: Route, sequences: int = 1) -> None:
-        """Counts a request of `sequences` sequences (prompts × n) in flight to `pool`."""
+    def start(self, pool: Route, sequences: int = 1, context: int = 0) -> None:
+        """Counts a request of `sequences` sequences (prompts × n) in flight to `pool`, with
+        `context` tokens of context over all of them (`RequestFeatures.context_tokens` ×
+        sequences; 0: not counted)."""
         self._local[pool] += sequences
+        self._local_context[pool] += context
 
-    def finish(self, pool: Route, sequences: int = 1) -> None:
-        """Releases what `start(pool, sequences)` counted."""
+    def finish(self, pool: Route, sequences: int = 1, context: int = 0) -> None:
+        """Releases what `start(pool, sequences, context)` counted."""
         self._local[pool] -= sequences
+        self._local_context[pool] -= context
 
     def local_in_flight(self, pool: Route) -> int:
         return self._local[pool]
@@ -137,8 +142,10 @@ class PressureTracker:
         out = {}
         for pool, configured in self._configured.items():
             seen = self.remote.get(pool) or PoolStats()
-            out[pool] = dataclasses.replace(seen, replicas=seen.replicas or configured,
-                                            in_flight=self._local[pool] + seen.in_flight)
+            out[pool] = dataclasses.replace(
+                seen, replicas=seen.replicas or configured,
+                in_flight=self._local[pool] + seen.in_flight,
+                in_flight_context=self._local_context[pool] + seen.in_flight_context)
         return out
 
     def reported_replicas(self) -> dict[Route, int]:
@@ -153,7 +160,8 @@ class PressureTracker:
         Until a pool's replicas report, its configured replica count stands in, and its sampling
         counts as not verified lossless.
         """
-        return {pool: PoolLoad(p.replicas, p.in_flight, lossless_sampling=p.lossless_sampling)
+        return {pool: PoolLoad(p.replicas, p.in_flight, lossless_sampling=p.lossless_sampling,
+                               context_tokens=p.in_flight_context)
                 for pool, p in self.pool_stats().items()}
 
     async def run(self, on_snapshot: Callable[[dict[str, PoolStats]], None] | None = None) -> None:
@@ -164,7 +172,8 @@ class PressureTracker:
         """
         while True:
             try:
-                self._board.report_in_flight.remote(self._ingress_id, dict(self._local))
+                self._board.report_in_flight.remote(self._ingress_id, dict(self._local),
+                                                    dict(self._local_context))
                 snapshot = await self._board.snapshot.remote(self._ingress_id)
                 self.remote, self.board_age_s = snapshot.pools, snapshot.age_s
                 if on_snapshot is not None:
@@ -235,6 +244,7 @@ class Routed:
                 "reason": decision.reason, "task": features.task,
                 "temperature": features.temperature,
                 "expected_tokens": round(features.expected_tokens, 3),
+                "context_tokens": features.context_tokens,
                 "speedup": None if decision.speedup is None else round(decision.speedup, 3),
                 "in_flight": {p: load.in_flight for p, load in self.loads.items()}}
 
@@ -482,7 +492,8 @@ class RouteDecider:
         if self.board is None:
             return
         def observe(snapshot: dict[str, PoolStats]) -> None:
-            self.speedup_model.update_pools(snapshot)
+            # with this replica's own sequences in flight: the samples' context (core/step_time.py)
+            self.speedup_model.update_pools(self.pressure.pool_stats())
             if self.health is not None:
                 self.health.observe(snapshot, self.pressure.board_age_s)
             if on_snapshot is not None:

@@ -127,36 +127,36 @@ class SpecserveIngress(AdminEndpoints, OpenAiIngress):
         return self._handles[_ROUTE.get()]
 
     async def _forward(self, body, call_method: str, raw_request: Request | None,
-                       route: Route, sequences: int) -> Response:
-        """The pool's response; counts its `sequences` in flight until it ends (streams:
-        RelayedStream)."""
+                       route: Route, sequences: int, context: int = 0) -> Response:
+        """The pool's response; counts its `sequences` (with `context` tokens of context over
+        them) in flight until it ends (streams: RelayedStream)."""
         _ROUTE.set(route)
-        self._pressure.start(route, sequences)
+        self._pressure.start(route, sequences, context)
         try:
             response = await super()._process_llm_request(body, call_method, raw_request)
         except BaseException:
-            self._pressure.finish(route, sequences)
+            self._pressure.finish(route, sequences, context)
             raise
         if not isinstance(response, StreamingResponse):
-            self._pressure.finish(route, sequences)
+            self._pressure.finish(route, sequences, context)
         return response
 
     async def _forward_watched(self, body, call_method: str, raw_request: Request | None,
-                               route: Route, sequences: int) -> Response:
+                               route: Route, sequences: int, context: int = 0) -> Response:
         """`_forward`, abandoned with `PoolLost` if `route`'s last replica leaves the StatsBoard
         before the response begins (a stream: its first chunk). Serve's handle would hold such a
         request until a new replica starts, minutes for a vLLM engine (router/streaming.py); nothing
         has reached the client yet, so the caller may retry it on the other pool."""
         async def release(response: Response) -> None:
             if isinstance(response, StreamingResponse):
-                self._pressure.finish(route, sequences)
+                self._pressure.finish(route, sequences, context)
                 aclose = getattr(response.body_iterator, "aclose", None)
                 if aclose is not None:
                     await aclose()
 
         return await await_unless_gone(
-            self._forward(body, call_method, raw_request, route, sequences), route, self._health,
-            PUSH_PERIOD_S, release)
+            self._forward(body, call_method, raw_request, route, sequences, context), route,
+            self._health, PUSH_PERIOD_S, release)
 
     async def _process_llm_request(self, body, call_method: str,
                                    raw_request: Request | None = None) -> Response:
@@ -171,6 +171,7 @@ class SpecserveIngress(AdminEndpoints, OpenAiIngress):
             return error_response(routed.refusal.status, routed.refusal.message,
                                   headers={**retry_after, **headers})
         route, sequences = decision.route, routed.request.sequences
+        context = sequences * features.context_tokens  # counted in flight with them
         self._metrics.observe_decision(route, decision.reason, features.task, decision.speedup)
         logger.info(json.dumps(routed.log_record(
             raw_request.headers.get("x-request-id") if raw_request else None)))
@@ -184,7 +185,7 @@ class SpecserveIngress(AdminEndpoints, OpenAiIngress):
         for attempt in (1, 2):  # a replica failure before any output is retried once
             try:
                 response = await self._forward_watched(body, call_method, raw_request, route,
-                                                       sequences)
+                                                       sequences, context)
                 break
             except OpenAIHTTPException as e:  # the engine refused it: say which path did
                 return error_response(e.status_code, e.message, engine_error_param(e.message),
@@ -212,7 +213,8 @@ class SpecserveIngress(AdminEndpoints, OpenAiIngress):
         response.headers.update(headers)
         if isinstance(response, StreamingResponse):  # in flight until RelayedStream ends
             return RelayedStream(self._relay(response.body_iterator, route, features, keep_usage),
-                                 functools.partial(self._pressure.finish, route, sequences),
+                                 functools.partial(self._pressure.finish, route, sequences,
+                                                   context),
                                  status_code=response.status_code, headers=dict(response.headers),
                                  media_type=response.media_type)
         if route == "speculative" and isinstance(response, JSONResponse):

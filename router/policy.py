@@ -44,8 +44,12 @@ sequence-step, priced by the implementation:
   c = 1 / ΔR, so S = E[τ] · ΔR_s / ΔR_v: a row goes speculative when it adds more tokens there.
   When neither pool adds throughput it prices as `LatencySpeedup`.
 
-Step times T(B) are each pool's `core.StepTimeModel`, fed from the StatsBoard (startup profiles,
-then busy-window samples, `update_pools`). Each replica owns its accelerators (on CPU its cores,
+Step times T(B, L) are each pool's `core.StepTimeModel`, fed from the StatsBoard (startup profiles,
+then busy-window samples, `update_pools`); L, the mean context per sequence, is that of the
+pool's sequences in flight with the request's own (`PoolLoad.context_tokens`,
+`RequestFeatures.context_tokens`), so a long prompt raises the step cost of both pools by their
+measured κ (core/step_time.py), and the batch pricing's marginal throughput stays at the profile's
+context. Each replica owns its accelerators (on CPU its cores,
 deployments/cores.py), so a pool's samples are filed at its own batch.
 """
 
@@ -91,6 +95,8 @@ class RequestFeatures:
             decision saw it (for its log line; None: not estimated).
         beyond_speculator_context: the prompt alone fills the speculator's context, so vLLM
             would not speculate for it.
+        context_tokens: the mean context (tokens) one of its sequences holds while it decodes,
+            prompt + half the output limit (`RequestParser.context_tokens`; 0: not estimated).
     """
 
     task: TaskType
@@ -99,6 +105,7 @@ class RequestFeatures:
     unsupported_options: tuple[str, ...] = ()
     expected_tokens: float | None = None
     beyond_speculator_context: bool = False
+    context_tokens: int = 0
 
     @property
     def eligible_pools(self) -> tuple[Route, ...] | None:
@@ -118,6 +125,8 @@ class PoolLoad:
         asleep: it is scaled to zero (so not available) and starts a replica on demand.
         lossless_sampling: every replica's engine passed its sampling check at start: it samples
             the target's distribution at temperature > 0 (deployments/sampling_check.py).
+        context_tokens: context tokens of the sequences in flight (`RequestFeatures
+            .context_tokens` each; 0: not counted).
     """
 
     replicas: int
@@ -125,6 +134,7 @@ class PoolLoad:
     available: bool = True
     asleep: bool = False
     lossless_sampling: bool = True
+    context_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,27 +320,30 @@ class SpeedupModel:
         for pool, stats in pools.items():
             model = self.step_times.setdefault(
                 pool, StepTimeModel(max_batch=self.max_num_seqs.get(pool)))
-            model.fold(stats.profile, stats.step_samples, self._seen_samples)
+            model.fold(stats.profile, stats.step_samples, self._seen_samples,
+                       stats.profile_context, stats.mean_context)
 
     def expected_tokens(self, task: TaskType, temperature: float) -> float:
         """E[τ] for this task and temperature from the current per-position α."""
         return expected_tokens(self.acceptance.alphas(task, temperature))
 
-    def step_time(self, pool: Route, batch: float) -> float | None:
-        """Predicted seconds per engine step of `pool` with `batch` requests per replica (None:
-        unknown)."""
+    def step_time(self, pool: Route, batch: float, context: float | None = None
+                  ) -> float | None:
+        """Predicted seconds per engine step of `pool` with `batch` requests per replica at a
+        mean `context` tokens per sequence (None: the profile's) (None: unknown)."""
         model = self.step_times.get(pool)
-        return model.step_time(batch) if model else None
+        return model.step_time(batch, context) if model else None
 
-    def pool_step_s(self, loads: Mapping[Route, PoolLoad]) -> dict[Route, float | None]:
+    def pool_step_s(self, loads: Mapping[Route, PoolLoad], context_tokens: int = 0
+                    ) -> dict[Route, float | None]:
         """Each pool's cost of one more sequence-step in seconds (None: unknown; `math.inf`:
-        one more adds nothing)."""
+        one more adds nothing), for a sequence of `context_tokens` mean context (0: unknown)."""
         raise NotImplementedError
 
     def speedup(self, features: RequestFeatures, loads: Mapping[Route, PoolLoad]) -> float | None:
         """S of sending this request speculative given both pools' loads; None until both pools
         have a step time (or when one pool is not configured)."""
-        cost = self.pool_step_s(loads)
+        cost = self.pool_step_s(loads, features.context_tokens)
         vanilla, speculative = cost.get("vanilla"), cost.get("speculative")
         if not vanilla or not speculative:
             return None
@@ -339,14 +352,28 @@ class SpeedupModel:
             e_tau = self.expected_tokens(features.task, features.temperature)
         return batched_speedup(e_tau, vanilla, speculative)
 
-    def latency_step_s(self, loads: Mapping[Route, PoolLoad]) -> dict[Route, float | None]:
-        """T(B + 1) of each pool: its step time at its own in-flight + 1 per replica."""
-        return {pool: self.step_time(pool, (load.in_flight + 1) / max(load.replicas, 1))
-                for pool, load in loads.items()}
+    def latency_step_s(self, loads: Mapping[Route, PoolLoad], context_tokens: int = 0
+                       ) -> dict[Route, float | None]:
+        """T(B + 1, L) of each pool: its step time at its own in-flight + 1 per replica, at the
+        mean context of its sequences in flight and this one (`context_tokens`; those not
+        counted: the profile's)."""
+        out = {}
+        for pool, load in loads.items():
+            context = None
+            if context_tokens > 0:
+                counted = load.context_tokens if load.context_tokens > 0 else None
+                context = ((counted + context_tokens) / (load.in_flight + 1) if counted
+                           else context_tokens)
+            out[pool] = self.step_time(pool, (load.in_flight + 1) / max(load.replicas, 1),
+                                       context)
+        return out
 
-    def curve(self, task: TaskType, temperature: float) -> list[dict]:
-        """S(B) = E[τ] · T_v(B) / T_s(B) at every batch either pool has a step time for: the S a
-        latency-priced request gets when both pools would run batch B, for operators and reports.
+    def curve(self, task: TaskType, temperature: float, context: float | None = None
+              ) -> list[dict]:
+        """S(B) = E[τ] · T_v(B, L) / T_s(B, L) at every batch either pool has a step time for:
+        the S a latency-priced request gets when both pools would run batch B at a mean context of
+        `context` tokens per sequence (None: each pool's profile context), for operators and
+        reports.
 
         Returns:
             Rows {"batch", "vanilla_step_ms", "speculative_step_ms", "expected_tokens",
@@ -358,7 +385,7 @@ class SpeedupModel:
         e_tau = self.expected_tokens(task, temperature)
         rows = []
         for batch in sorted(set(van.points()) | set(spec.points())):
-            t_v, t_s = van.step_time(batch), spec.step_time(batch)
+            t_v, t_s = van.step_time(batch, context), spec.step_time(batch, context)
             rows.append({"batch": batch, "vanilla_step_ms": round(1000 * t_v, 3),
                          "speculative_step_ms": round(1000 * t_s, 3),
                          "expected_tokens": round(e_tau, 3),
@@ -367,24 +394,26 @@ class SpeedupModel:
 
 
 class LatencySpeedup(SpeedupModel):
-    """Prices a request by the step time it would live: c = T(B + 1) (module docstring)."""
+    """Prices a request by the step time it would live: c = T(B + 1, L) (module docstring)."""
 
-    def pool_step_s(self, loads: Mapping[Route, PoolLoad]) -> dict[Route, float | None]:
-        return self.latency_step_s(loads)
+    def pool_step_s(self, loads: Mapping[Route, PoolLoad], context_tokens: int = 0
+                    ) -> dict[Route, float | None]:
+        return self.latency_step_s(loads, context_tokens)
 
 
 class ThroughputSpeedup(SpeedupModel):
     """Prices a batch row by the throughput it adds: c = 1 / ΔR (module docstring); when both
     pools are saturated (ΔR = 0 on each), by T(B + 1) as `LatencySpeedup`."""
 
-    def pool_step_s(self, loads: Mapping[Route, PoolLoad]) -> dict[Route, float | None]:
+    def pool_step_s(self, loads: Mapping[Route, PoolLoad], context_tokens: int = 0
+                    ) -> dict[Route, float | None]:
         marginal = {}
         for pool, load in loads.items():
             model = self.step_times.get(pool)
             marginal[pool] = marginal_step_s(model.points() if model else {}, load.in_flight,
                                              load.replicas, self.max_num_seqs.get(pool, 1 << 30))
         if all(m == math.inf for m in marginal.values()):
-            return self.latency_step_s(loads)
+            return self.latency_step_s(loads, context_tokens)
         return marginal
 
 

@@ -14,6 +14,8 @@ the OpenAI API (temperature 0..2, top_p in (0, 1]).
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
@@ -68,6 +70,10 @@ class ParsedRequest:
     max_tokens: int | None
 
 
+# Prompts up to this many bytes are not tokenized to estimate their context (`context_tokens`).
+SHORT_PROMPT_BYTES = 512
+
+
 class RequestParser:
     """Parses requests against one application's limits.
 
@@ -108,8 +114,28 @@ class RequestParser:
         prompt_len = self.prompt_len(body)
         validate_request(body, prompt_len, self.limits)
         features = request_features(body, self.tokenizer, self.speculator_context, prompt_len)
-        return ParsedRequest(body, features, prompt_len, request_sequences(body),
-                             max_tokens(body))
+        limit = max_tokens(body)
+        features = dataclasses.replace(features, context_tokens=self.context_tokens(
+            body, prompt_len, limit))
+        return ParsedRequest(body, features, prompt_len, request_sequences(body), limit)
+
+    def context_tokens(self, body, prompt_len: int, limit: int | None) -> int:
+        """The mean context a sequence of this request holds while it decodes: its prompt's
+        tokens plus half its output limit (`limit`, else what max_model_len leaves), for the
+        step-time model's context term (core/step_time.py).
+
+        `prompt_len` is exact once tokenized (below the byte bound); else a prompt of at most
+        `SHORT_PROMPT_BYTES` counts bytes / 4 (BPE's rule of thumb, as `prompt_tokens` without a
+        tokenizer), and a longer one is tokenized (~10 µs per 1,000 characters)."""
+        bound = max_prompt_tokens(body)
+        if prompt_len < bound:
+            tokens = prompt_len
+        elif bound <= SHORT_PROMPT_BYTES:
+            tokens = math.ceil(bound / 4)
+        else:
+            tokens = prompt_tokens(body, self.tokenizer)
+        out = limit if limit is not None else max(self.limits.max_model_len - tokens, 0)
+        return tokens + out // 2
 
 
 def request_sequences(body) -> int:

@@ -160,12 +160,12 @@ class BatchRun:
             routed = await self._decider.route(self._decider.parse(row.body), admission=False)
         except RequestError as e:  # an invalid field, `route`, or no pool may take it
             return self._answer(row, e.status, _error_body(e.status, e.message, e.param))
-        route = routed.decision.route
-        self._decider.pressure.start(route)
+        route, context = routed.decision.route, routed.features.context_tokens
+        self._decider.pressure.start(route, 1, context)
         try:
             answer = await self._call(route, row)
         finally:
-            self._decider.pressure.finish(route)
+            self._decider.pressure.finish(route, 1, context)
         if answer is None:
             return None
         status, body = answer

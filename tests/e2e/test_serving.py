@@ -58,6 +58,30 @@ def test_the_speedup_model_answers_at_a_temperature_and_refuses_a_bad_one(client
         assert r.json()["error"]["param"] == "temperature", r.text
 
 
+def test_each_pool_measured_its_context_cost_and_the_curve_prices_a_context(client):
+    """Both pools' replicas ran the long-prompt decode window at start (deployments/profile.py):
+    a step reads more KV at a longer context, so the curve at 900 tokens per sequence has every
+    pool's step time at least that at the profile's context, more at the largest batch."""
+    assert until(lambda: client.get("/admin/speedup").json()["tasks"]["code"]["curve"], 30, 0.5)
+    short = client.get("/admin/speedup").json()
+    costs = short["context_cost"]
+    assert set(costs) == {"vanilla", "speculative"}, costs
+    for pool, cost in costs.items():
+        assert cost["context_s_per_token"] > 0 and 0 < cost["profile_context"] < 200, (pool, cost)
+    long = client.get("/admin/speedup", params={"context": 900}).json()
+    assert (short["context"], long["context"]) == (None, 900.0)
+    rows = [(a, b) for a, b in zip(short["tasks"]["code"]["curve"], long["tasks"]["code"]["curve"])]
+    for a, b in rows:
+        assert a["batch"] == b["batch"]
+        for step in ("vanilla_step_ms", "speculative_step_ms"):
+            assert b[step] >= a[step], (a, b)
+    top_short, top_long = rows[-1]
+    assert top_long["vanilla_step_ms"] > top_short["vanilla_step_ms"], rows[-1]
+    for bad in ("-1", "many", "inf"):
+        r = client.get("/admin/speedup", params={"context": bad})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "context", r.text
+
+
 def test_auto_decisions_explain_themselves(client):
     # both pools profile their step times at start; the router folds the StatsBoard's view in
     # every 0.5 s, so a request sent the moment the last pool came up may not see it yet

@@ -288,3 +288,50 @@ def test_pays_up_to_batch_means_every_batch_up_to_it():
     assert pays_up_to(rows, [2, 4]) == 0  # not even at batch 1
     assert pays_up_to(rows, [1, 2, 4, 8, 128]) == 128
     assert pays_up_to([], []) == 0
+
+
+def long_code(words: int) -> CompletionRequest:
+    """A code completion whose prompt is `words` lines of code before the same question."""
+    return CompletionRequest(model="m", temperature=0, max_tokens=64,
+                             prompt="x = 1\n" * words + "def f(x):\n    return")
+
+
+def test_a_long_prompt_goes_speculative_where_a_short_one_goes_vanilla(decider):
+    """MagicDec's regime (arXiv:2408.11049): at batch 16 the speculative step costs 3x the
+    vanilla one, so S < 1 for short prompts; both read the same KV per step (κ alike), so with
+    long contexts the KV read dominates both steps and S rises towards E[τ]."""
+    decider.speedup_model.update_pools({
+        "vanilla": PoolStats(profile={1: 0.010, 16: 0.040}, profile_context=(2e-6, 60.0)),
+        "speculative": PoolStats(profile={1: 0.015, 16: 0.120}, profile_context=(2e-6, 60.0))})
+    loads = {"vanilla": PoolLoad(1, 15), "speculative": PoolLoad(1, 15)}
+    short = decider.parse(long_code(0))
+    long = decider.parse(long_code(150))  # 900 bytes: tokenized
+    assert short.features.context_tokens < 60 < 500 < long.features.context_tokens
+    _, d_short = decider.decide(short, loads)
+    _, d_long = decider.decide(long, loads)
+    assert (d_short.route, d_short.reason) == ("vanilla", "speculation_costs")
+    assert d_long.speedup > d_short.speedup
+    # the pools' sequences in flight are as long: the whole batch reads long KV
+    long_loads = {p: PoolLoad(1, 15, context_tokens=15 * 4000) for p in loads}
+    _, d_batch = decider.decide(long, long_loads)
+    assert (d_batch.route, d_batch.reason) == ("speculative", "speculation_pays")
+    assert d_batch.speedup > d_long.speedup
+
+
+def test_context_tokens_are_the_prompt_and_half_the_output_limit(decider):
+    p = decider.parse(CompletionRequest(model="m", prompt="hi", max_tokens=100))
+    assert p.features.context_tokens == 1 + 50  # 3 bytes: about 1 token by bytes / 4
+    long = decider.parse(CompletionRequest(model="m", prompt="x = 1\n" * 150, max_tokens=10))
+    assert long.features.context_tokens == len(decider.parser.tokenizer.encode(
+        "x = 1\n" * 150).ids) + 5
+    default = decider.parse(CompletionRequest(model="m", prompt="hi"))  # OpenAI's 16 tokens
+    assert default.features.context_tokens == 1 + 16 // 2
+
+
+def test_sequences_in_flight_carry_their_context_to_the_loads(decider):
+    decider.pressure.start("vanilla", 2, 2 * 500)
+    decider.pressure.start("vanilla", 1, 100)
+    assert decider.loads()["vanilla"].context_tokens == 1100
+    assert decider.pressure.pool_stats()["vanilla"].mean_context == pytest.approx(1100 / 3)
+    decider.pressure.finish("vanilla", 2, 2 * 500)
+    assert decider.loads()["vanilla"].context_tokens == 100

@@ -101,3 +101,92 @@ def test_no_batches_runs_nothing_and_a_zero_decode_length_is_refused(monkeypatch
     assert engine.prompts == []
     with pytest.raises(ValueError, match="decode_tokens"):
         measure(monkeypatch, Engine(), [1], decode_tokens=0)
+
+
+KAPPA = 2e-6  # the simulated engine's seconds per step per decoding sequence per context token
+
+
+def chars(text: str) -> int:
+    """The simulated tokenizer: one token per character."""
+    return len(text)
+
+
+class ContextEngine(Engine):
+    """`Engine` whose decode step also reads each decoding request's context (prompt + outputs so
+    far, `chars` tokens): KAPPA seconds per context token, as a step reads its KV cache."""
+
+    def __init__(self):
+        super().__init__()
+        self._context: dict[int, int] = {}
+
+    async def run_one(self, prompt: str, max_tokens: int, on_first) -> None:
+        self.prompts.append(prompt)
+        done = asyncio.get_running_loop().create_future()
+        request = [max_tokens, done, on_first]
+        self._context[id(request)] = chars(prompt)
+        self._waiting.append(request)
+        await done
+
+    async def serve(self) -> None:
+        while True:
+            await asyncio.sleep(0)
+            if not self._waiting and not self._running:
+                await asyncio.sleep(0.001)
+                continue
+            prefill, self._waiting = self._waiting[:CHUNK], self._waiting[CHUNK:]
+            decode, self._running = self._running, []
+            read = sum(self._context[id(r)] for r in decode)
+            self.clock += PREFILL_S * len(prefill) + (
+                step_s(len(decode)) + KAPPA * read if decode else 0.0)
+            self.iterations += 1
+            for request in prefill:
+                request[0] -= 1
+                request[2]()
+            for request in decode + prefill:
+                if request not in prefill:
+                    request[0] -= 1
+                self._context[id(request)] += 1
+                if request[0] <= 0:
+                    request[1].set_result(None)
+                else:
+                    self._running.append(request)
+
+
+def measure_context(monkeypatch, engine: Engine, batch: int, long_tokens: int):
+    monkeypatch.setattr(profile.time, "perf_counter", lambda: engine.clock)
+
+    async def main():
+        server = asyncio.get_running_loop().create_task(engine.serve())
+        try:
+            return await profile.profile_context_cost(engine.run_one, lambda: engine.iterations,
+                                                      batch, chars, long_tokens)
+        finally:
+            server.cancel()
+
+    return asyncio.run(main())
+
+
+def test_the_context_cost_is_the_step_time_a_context_token_adds_per_sequence(monkeypatch):
+    engine = ContextEngine()
+    kappa, ref = measure_context(monkeypatch, engine, 4, 2000)
+    assert kappa == pytest.approx(KAPPA, rel=1e-6)
+    short = profile.profile_prompt(0)
+    assert ref == pytest.approx(chars(short) + 1 + profile.DECODE_TOKENS / 2)
+    long_prompts = [p for p in engine.prompts if chars(p) > 2 * chars(short)]
+    assert len(long_prompts) == 4 and all(1900 < chars(p) <= 2000 for p in long_prompts)
+    firsts = [p.splitlines()[0] for p in engine.prompts]
+    assert len(set(firsts)) == len(firsts)  # no prefix-cache reuse between windows either
+
+
+def test_an_engine_whose_steps_ignore_the_context_costs_nothing_per_token(monkeypatch):
+    kappa, _ = measure_context(monkeypatch, Engine(), 4, 2000)
+    assert kappa == pytest.approx(0.0, abs=1e-12)
+
+
+def test_no_room_for_a_longer_prompt_measures_nothing(monkeypatch):
+    engine = ContextEngine()
+    assert measure_context(monkeypatch, engine, 4, 10) is None  # shorter than the short prompt
+    assert engine.prompts == []
+    assert profile.long_prompt_tokens(1024, 4) == 1024 - 1 - profile.DECODE_TOKENS - 4 - 8
+    assert profile.long_prompt_tokens(131072) == profile.LONG_CONTEXT_TOKENS
+    assert profile.long_prompt_tokens(40) == 0

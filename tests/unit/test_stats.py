@@ -65,3 +65,16 @@ def test_the_decider_puts_its_pin_back_on_a_board_that_restarted():
         assert handle.board.router_state("ingress-b", "build-1").pin == "vanilla"
 
     asyncio.run(run())
+
+
+def test_the_board_sums_context_in_flight_and_averages_the_replicas_context_cost():
+    board = Board()
+    board.report_engine("r1", "speculative", EngineStats(profile_context=(2e-6, 60.0)))
+    board.report_engine("r2", "speculative", EngineStats(profile_context=(4e-6, 80.0)))
+    board.report_engine("r3", "speculative", EngineStats())  # measured none: left out
+    board.report_in_flight("ingress-a", {"speculative": 2}, {"speculative": 1000})
+    board.report_in_flight("ingress-b", {"speculative": 3})  # an ingress that counts no context
+    pool = board.snapshot().pools["speculative"]
+    assert pool.profile_context == (3e-6, 70.0)
+    assert (pool.in_flight, pool.in_flight_context, pool.mean_context) == (5, 1000, 200.0)
+    assert board.snapshot("ingress-a").pools["speculative"].mean_context is None

@@ -49,3 +49,35 @@ def test_a_bucket_measured_slower_than_a_larger_one_is_averaged_with_it():
     m.observe(2, 0.010)  # the first served sample replaces the profile point: monotone again
     assert m.points() == pytest.approx({1: 0.008, 2: 0.010, 4: 0.012, 8: 0.027})
     assert m.served(2) and not m.served(4)
+
+
+def test_context_adds_kappa_per_sequence_per_token_beyond_the_profiles():
+    m = model({1: 0.010, 16: 0.040})
+    assert m.step_time(16, 5000) == pytest.approx(0.040)  # κ unknown: context not modelled
+    m.set_context_cost(1e-6, 100)
+    assert m.step_time(16) == pytest.approx(0.040)        # at L_ref, as profiled
+    assert m.step_time(16, 100) == pytest.approx(0.040)
+    assert m.step_time(16, 4100) == pytest.approx(0.040 + 1e-6 * 16 * 4000)
+    assert m.step_time(1, 1100) == pytest.approx(0.010 + 1e-6 * 1000)
+    assert m.step_time(16, 0) == pytest.approx(0.040 - 1e-6 * 16 * 100)  # shorter: cheaper
+    assert m.step_time(1, 0) >= 0.010 / 2  # never below half the profiled step
+
+
+def test_a_long_context_sample_is_filed_at_the_profile_context():
+    """A served sample at 16 sequences of 2100 tokens each, 72 ms per step, is 40 ms at the
+    profile's 100 tokens: the bucket keeps what batch 16 costs, and the context term adds the rest
+    for whoever asks at 2100 again."""
+    m = model({1: 0.010, 16: 0.040})
+    m.set_context_cost(1e-6, 100)
+    m.observe(16, 0.040 + 1e-6 * 16 * 2000, context=2100)
+    assert m.points()[16] == pytest.approx(0.040)
+    assert m.step_time(16, 2100) == pytest.approx(0.072)
+    m.observe(16, 0.072)  # unknown context: taken as measured at L_ref
+    assert m.points()[16] == pytest.approx(0.040 + 0.2 * 0.032)
+
+
+@pytest.mark.parametrize("kappa, ref", [(float("nan"), 10), (-1e-6, 10), (1e-6, float("inf"))])
+def test_a_bad_context_cost_leaves_context_out(kappa, ref):
+    m = model({1: 0.010})
+    m.set_context_cost(kappa, ref)
+    assert (m.context_s, m.step_time(1, 10_000)) == (0.0, pytest.approx(0.010))
