@@ -15,7 +15,7 @@ import httpx
 
 from bench.serve_client import Load, run_cell, sample_requests, warm_up
 from bench.summary import Slo, percentile
-from bench.workload import Job, jobs
+from bench.workload import Job, jobs, long_jobs
 from core import SpecserveConfig
 
 RATE_FRACTIONS = (0.3, 0.6, 0.9)  # Poisson rates as fractions of vanilla's measured capacity
@@ -72,6 +72,11 @@ async def measure_app(url: str, app, args, rates: list[float] | None, model: str
         n = max(args.min_requests, args.requests_per_slot * c)
         await cell(f"heldout@c{c}", lambda route, c=c, n=n: send(
             jobs("heldout", model, 30 + c, route), n, Load(concurrency=c)))
+    long_tokens = getattr(args, "long_tokens", 0)
+    for c in getattr(args, "long_concurrency", None) or []:  # long contexts (core/step_time.py)
+        n = max(args.min_requests, args.requests_per_slot * c)
+        await cell(f"long@c{c}", lambda route, c=c, n=n: send(
+            long_jobs(model, tokenizer, long_tokens, 90 + c, route), n, Load(concurrency=c)))
     if machine:
         c = args.machine_concurrency
         n = max(args.min_requests, args.requests_per_slot * c)

@@ -65,6 +65,7 @@ def write_report(results: dict, out: Path) -> None:
     sweep = sorted((int(k.split("@c")[1]), k) for k in cells if k.startswith(f"{wl}@c"))
     heldout = [] if wl == "heldout" else sorted(
         (int(k.split("@c")[1]), k) for k in cells if k.startswith("heldout@c"))
+    long = sorted((int(k.split("@c")[1]), k) for k in cells if k.startswith("long@c"))
     rates = [k for k in cells if k.startswith("poisson@")]
     rounds = max((len(runs) for row in cells.values() for runs in row.values()), default=0)
     starts = ", ".join(f"{k} {fmt(v['start_s'])} s" for k, v in results["apps"].items())
@@ -77,12 +78,17 @@ def write_report(results: dict, out: Path) -> None:
              f"SLO for goodput: TTFT ≤ {results['slo']['ttft_ms']:.0f} ms and TPOT ≤ "
              f"{results['slo']['tpot_ms']:.0f} ms.", "",
              "## Targets (equal accelerator budget)", ""]
-    lines += _targets(results, cells, sweep, rates, heldout)
+    lines += _targets(results, cells, sweep, rates, [*heldout, *long])
     lines += _sweep_table(f"Closed-loop sweep, {wl} workload", cells, sweep, systems)
     if heldout:
         lines += _sweep_table("Closed-loop sweep, held-out workload (prompts the classifier "
                               "was not fitted on, bench/prompts/README.md)", cells, heldout,
                               systems)
+    if long:
+        lines += _sweep_table("Closed-loop sweep, long prompts (bench/workload.py `long_jobs`: "
+                              f"{results.get('args', {}).get('long_tokens', '?')} tokens of "
+                              "third-party source each, half code completions, half chat)",
+                              cells, long, systems)
     if "code@c1" in cells:
         lines += ["", "## Code prompts at concurrency 1", "", "| system | tok/s | TTFT p50 ms | "
                   "TPOT p50 ms | route mix |", "|---|---|---|---|---|"]
@@ -107,6 +113,9 @@ def write_report(results: dict, out: Path) -> None:
     lines += _spreads(cells)
     lines += _speedup_curve(results.get("speedup_curve"))
     lines += _predicted_vs_realized(results, cells, sweep)
+    if long and results.get("speedup_curves_long"):
+        lines += _predicted_vs_realized(results, cells, long, results["speedup_curves_long"],
+                                        "long prompts, S(B, L) at their context")
     lines += ["", "## Routed: route mix per cell (all rounds; by task: speculative / vanilla; "
               "the router's reasons, round by round)", ""]
     lines += [f"- {key}: {_mix(row['routed'])}; {_mix_by_task(row['routed'])}; reasons "
@@ -199,7 +208,8 @@ def _target(ratios: list[float], target: float, at_most: bool = False) -> str:
 
 def _targets(results, cells, sweep, rates, heldout=()) -> list[str]:
     """The targets at an equal accelerator budget, each with its ratios measured in this run
-    (`heldout`: the held-out sweep's (concurrency, cell) pairs, judged like the sweep's)."""
+    (`heldout`: the held-out and long-prompt sweeps' (concurrency, cell) pairs, judged like the
+    sweep's)."""
     out = []
     n = results.get("budget", 2)
     singles = [s for s in dict.fromkeys(s for row in cells.values() for s in row)
@@ -333,15 +343,22 @@ def curve_at(curves: dict, task: str, temperature: float, batch: int) -> float |
     return min(rows, key=lambda r: abs(math.log2(r["batch"]) - math.log2(batch)))["speedup"]
 
 
-def _predicted_vs_realized(results: dict, cells: dict, sweep) -> list[str]:
+def _predicted_vs_realized(results: dict, cells: dict, sweep, curves: dict | None = None,
+                           label: str = "") -> list[str]:
     """Per task at each sweep level: the router's S(B = c) at the task's workload temperature
     (after the sweep) against the realized S = forced-vanilla / forced-speculative TPOT p50 of
     that task (one replica each, so a closed loop of c keeps c requests in its engine), round by
     round. Results without per-temperature curves (before 2026-12-04) predict at temperature 0
-    only, so their chat and creative rows show no prediction."""
-    curves = results.get("speedup_curves") or {}
-    if not curves and results.get("speedup_curve"):
-        curves = {"0.0": results["speedup_curve"]}
+    only, so their chat and creative rows show no prediction.
+
+    Args:
+        curves: {temperature: `GET /admin/speedup` answer} to predict from (default: the run's
+            `speedup_curves`); `label` names them in the section's title.
+    """
+    if curves is None:
+        curves = results.get("speedup_curves") or {}
+        if not curves and results.get("speedup_curve"):
+            curves = {"0.0": results["speedup_curve"]}
     out, hits, total = [], 0, 0
     for c, key in sweep:
         row = cells[key]
@@ -366,7 +383,8 @@ def _predicted_vs_realized(results: dict, cells: dict, sweep) -> list[str]:
     if not out:
         return []
     return ["", "## Predicted vs realized S per task (router's S(B = concurrency) after the "
-            "sweep; realized: forced-vanilla / forced-speculative TPOT p50)", "",
+            "sweep; realized: forced-vanilla / forced-speculative TPOT p50)"
+            + (f": {label}" if label else ""), "",
             "| concurrency | task | predicted S | realized S | error |", "|---|---|---|---|---|",
             *out, "", f"Within ±{PREDICTION_TARGET:.0%}: {hits} of {total} cells."]
 

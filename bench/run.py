@@ -48,7 +48,7 @@ import httpx
 
 from bench.cells import measure_app, measure_decision_latency, measure_overhead
 from bench.report import median, write_report
-from bench.workload import TEMPERATURE
+from bench.workload import MEAN_OUTPUT_TOKENS, TEMPERATURE
 from core import DEFAULT_CONFIG_PATH, SpecserveConfig, models_dir
 
 CHECKPOINTS = {"draft_model": "draft", "eagle3": "eagle3", "eagle": "eagle", "medusa": "medusa"}
@@ -125,6 +125,12 @@ def run_app(app: App, args, rates, tokenizer, overhead: bool = False, machine: b
                                                timeout=30).json()
                       for t in sorted(set(TEMPERATURE.values()))}
             extra = {"speedup_curve": curves["0.0"], "speedup_curves": curves}
+            if getattr(args, "long_concurrency", None):  # priced at the long cells' context
+                context = args.long_tokens + max(MEAN_OUTPUT_TOKENS.values()) // 2
+                extra["speedup_curves_long"] = {
+                    str(float(t)): httpx.get(url + "/admin/speedup", timeout=30, params={
+                        "temperature": t, "context": context}).json()
+                    for t in sorted(set(TEMPERATURE.values()))}
             try:
                 serve.run(build_direct_app("specserve", "vanilla", model), name="direct",
                           route_prefix=PREFIX)
@@ -234,6 +240,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--heldout-concurrency", type=int, nargs="*", default=[1, 8, 32],
                    help="beside a labeled --workload, a closed-loop sweep of the held-out prompts "
                    "(bench/prompts/heldout.jsonl) at these concurrencies (none: no such cells)")
+    p.add_argument("--long-concurrency", type=int, nargs="*", default=[16],
+                   help="a closed-loop sweep of long prompts (bench/workload.py `long_jobs`: "
+                   "--long-tokens of third-party source code each, half code completions, half "
+                   "chat questions) at these concurrencies (none: no such cells)")
+    p.add_argument("--long-tokens", type=int, default=None, help="prompt tokens of the long "
+                   "cells (default: what max_model_len leaves after the longest output, at most "
+                   "2048)")
     p.add_argument("--requests-per-slot", type=int, default=2, help="closed loop: requests per "
                    "concurrency slot (at least --min-requests)")
     p.add_argument("--min-requests", type=int, default=8)
@@ -252,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.quick:
         args.concurrency, args.requests_per_slot, args.min_requests = [1, 8], 1, 4
-        args.heldout_concurrency = [8]
+        args.heldout_concurrency, args.long_concurrency = [8], [8]
         args.code_requests, args.poisson_requests, args.overhead_requests = 4, 8, 32
         args.overhead_concurrency, args.machine_concurrency = 8, 8
         args.warmup, args.eager = 2, True
@@ -261,6 +274,11 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path("bench/results") / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     out.mkdir(parents=True, exist_ok=True)
     base = base_config(args)
+    if args.long_tokens is None:
+        args.long_tokens = long_prompt_default(base.model.max_model_len)
+    if args.long_concurrency and args.long_tokens < 1:
+        p.error(f"--long-tokens: must be at least 1 (max_model_len {base.model.max_model_len} "
+                "leaves no room for a long prompt); pass --long-concurrency with no value")
     methods = available_methods(args.methods or [base.speculative.speculator.method])
     if not methods:
         print("no speculator available", file=sys.stderr)
@@ -316,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
                 if app is routed and r == 0:
                     results["speedup_curve"] = extra.pop("speedup_curve")
                     results["speedup_curves"] = extra.pop("speedup_curves")
+                    results["speedup_curves_long"] = extra.pop("speedup_curves_long", None)
                     results["overhead"] = extra if "requests" in extra else None
                     _save(results, out)  # a run stopped in a later round keeps them
             if r == 0 and not args.no_switch:  # its schedule from round 1's crossover
@@ -331,6 +350,14 @@ def main(argv: list[str] | None = None) -> int:
     _save(results, out)
     print(f"results: {out}/report.md ({results['wall_s']:.0f} s)")
     return 0
+
+
+def long_prompt_default(max_model_len: int) -> int:
+    """Prompt tokens of the long cells: what `max_model_len` leaves after the longest output the
+    long workload asks (1.5 x the code and chat means, `MEAN_OUTPUT_TOKENS`) and 64 tokens for
+    the chat template, at most 2048 (768 at max_model_len 1024)."""
+    longest = round(1.5 * max(MEAN_OUTPUT_TOKENS[t] for t in ("code", "chat")))
+    return min(2048, max_model_len - longest - 64)
 
 
 def app_info(cfg: SpecserveConfig) -> dict:

@@ -23,6 +23,9 @@ HELDOUT_PATH = PROMPTS_PATH.with_name("heldout.jsonl")
 TEMPERATURE = {"code": 0.0, "math": 0.0, "extraction": 0.0, "chat": 0.7, "creative": 1.0}
 MEAN_OUTPUT_TOKENS = {"code": 128, "math": 96, "extraction": 96, "chat": 128, "creative": 160}
 WORKLOADS = ("code", "chat", "mixed", "heldout")
+# The long-prompt workload (`long_jobs`): its sources and the share of code completions in it.
+LONG_PACKAGES = ("click", "httpx", "jinja2", "pydantic", "requests")
+LONG_CODE_SHARE = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +74,67 @@ def jobs(workload: str, model: str, seed: int = 0, route: str = "auto") -> Itera
                       {**body, "messages": [{"role": "user", "content": p["prompt"]}]}, task)
         else:
             yield Job("/v1/completions", {**body, "prompt": p["prompt"]}, task)
+
+
+def long_sources(packages=LONG_PACKAGES) -> list[tuple[str, str]]:
+    """[(name, text)] of the installed packages' own `.py` files (sorted, tests and vendored code
+    skipped), the held-out mix's sources (bench/heldout.py): code neither the classifier nor the
+    model lab saw.
+
+    Raises:
+        importlib.metadata.PackageNotFoundError: a package is not installed.
+    """
+    from bench.heldout import _SKIPPED_PARTS  # one definition of what is not the package's code
+    from importlib import metadata
+
+    out = []
+    for name in packages:
+        dist = metadata.distribution(name)
+        for rel in sorted(str(f) for f in dist.files or () if str(f).endswith(".py")
+                          and not _SKIPPED_PARTS & set(Path(str(f)).parts)):
+            text = Path(dist.locate_file(rel)).read_text(encoding="utf-8")
+            if len(text) > 4000:
+                out.append((f"{name} {dist.version}: {rel}", text))
+    return out
+
+
+def long_jobs(model: str, tokenizer, context_tokens: int, seed: int = 0, route: str = "auto",
+              sources: list[tuple[str, str]] | None = None) -> Iterator[Job]:
+    """Endless jobs whose prompts hold `context_tokens` tokens of real source code (a window of a
+    file from `long_sources`, cut in the target's tokens): half code completions continuing the
+    window (task code, greedy), half chat questions about it (task chat, temperature 0.7), output
+    lengths as `jobs`. The long-context cell of the benchmark: a step reads
+    `context_tokens` of KV per sequence, where the labeled prompts hold tens.
+
+    Args:
+        tokenizer: the target's tokenizer (Hugging Face API: `encode`, `decode`).
+        context_tokens: prompt tokens per job (the chat template adds a few).
+        sources: (name, text) pairs to cut from (default: `long_sources()`).
+
+    Raises:
+        ValueError: context_tokens < 1, or no source holds that many tokens.
+    """
+    if context_tokens < 1:
+        raise ValueError(f"context_tokens must be at least 1, got {context_tokens}")
+    encoded = [ids for _, text in (sources or long_sources())
+               if len(ids := tokenizer.encode(text, add_special_tokens=False)) > context_tokens]
+    if not encoded:
+        raise ValueError(f"no source holds {context_tokens} tokens")
+    rng = random.Random(seed)
+    while True:
+        ids = rng.choice(encoded)
+        start = rng.randrange(len(ids) - context_tokens)
+        window = tokenizer.decode(ids[start:start + context_tokens])
+        task = "code" if rng.random() < LONG_CODE_SHARE else "chat"
+        body = {"model": model, "temperature": TEMPERATURE[task], "ignore_eos": True,
+                "max_tokens": max(1, round(MEAN_OUTPUT_TOKENS[task] * rng.uniform(0.5, 1.5))),
+                "route": route}
+        if task == "code":
+            yield Job("/v1/completions", {**body, "prompt": window}, task)
+        else:
+            question = "What does this code do, and what would you change in it?"
+            yield Job("/v1/chat/completions", {**body, "messages": [
+                {"role": "user", "content": f"{window}\n\n{question}"}]}, task)
 
 
 def vllm_custom_rows(workload: str, n: int, seed: int = 1) -> list[dict]:

@@ -168,6 +168,7 @@ def test_report_states_each_target(tmp_path):
                          "mixed@c16": systems(800, 500, 1040, 450, 400),
                          "mixed@c64": systems(1000, 600, 900, 500, 300),
                          "heldout@c8": systems(400, 300, 380, 200, 300),
+                         "long@c16": systems(300, 360, 420, 150, 200),
                          "poisson@1.00": systems(1, 1, 1, 1, 1),
                          "machine@c16": {"one-pool": cell(450, 1), "both-pools": cell(810, 1)}}}
     # a fourth round of mixed@c1 in which routed fell behind: its ratio's range straddles 0.95
@@ -211,6 +212,18 @@ def test_report_states_each_target(tmp_path):
     assert "| 1 | code (t=0.0) | 2.50 | 1.00 [1.00-1.00] | +150% |" in text
     assert "| 16 | code (t=0.0) | 0.75 | 1.00 [1.00-1.00] | -25% |" in text
     assert "Within ±15%: 0 of 3 cells." in text
+    # the long-prompt cell: its own table, judged like the sweep; no curves at its context: no
+    # prediction section for it
+    assert ("long@c16: routed / better own pool = **2.10x** [2.10-2.10] (met vs ≥ 0.95, "
+            "forced-speculative)") in text
+    assert "| 16 | 300 [285-330]" in text.split("## Closed-loop sweep, long prompts")[1]
+    assert "S(B, L) at their context" not in text
+    results["speedup_curves_long"] = {"0.0": {"tasks": {"code": {"curve": [
+        {"batch": 16, "speedup": 1.1}]}}}}
+    write_report(json.loads(json.dumps(results)), tmp_path)
+    long = (tmp_path / "report.md").read_text().split("S(B, L) at their context")[1]
+    assert "| 16 | code (t=0.0) | 1.10 | 1.00 [1.00-1.00] | +10% |" in long
+    assert "Within ±15%: 1 of 1 cells." in long
     for png in ("throughput.png", "tpot_p99.png", "speedup_by_task.png"):
         assert (tmp_path / png).stat().st_size > 1000
 
@@ -314,3 +327,39 @@ def test_ab_report_names_the_setting_and_its_values():
     text = report(run)
     assert text.startswith("# stream_interval: 1 vs 4")
     assert "| mixed@c1 | 0.93 [0.91-0.98] (0.98, 0.93, 0.91) | 1.10 [1.02-1.16]" in text
+
+
+class CharTokenizer:
+    """One token per character (the Hugging Face calls `long_jobs` makes)."""
+
+    def encode(self, text, add_special_tokens=False):
+        return [ord(c) for c in text]
+
+    def decode(self, ids):
+        return "".join(map(chr, ids))
+
+
+def test_long_jobs_hold_the_asked_context_of_source_code_half_completions_half_chat():
+    from bench.workload import long_jobs
+
+    sources = [("a.py", "def f(x):\n    return x\n" * 100), ("b.py", "import os\n" * 200)]
+    got = list(itertools.islice(long_jobs("m", CharTokenizer(), 300, 5, "auto", sources), 200))
+    again = list(itertools.islice(long_jobs("m", CharTokenizer(), 300, 5, "auto", sources), 200))
+    assert [j.body for j in got] == [j.body for j in again]  # seeded
+    assert {j.task for j in got} == {"code", "chat"}
+    for j in got:
+        assert j.body["temperature"] == TEMPERATURE[j.task]
+        if j.task == "code":
+            assert j.path == "/v1/completions" and len(j.body["prompt"]) == 300
+        else:
+            text = j.body["messages"][0]["content"]
+            assert j.path == "/v1/chat/completions" and len(text.split("\n\nWhat does")[0]) == 300
+    with pytest.raises(ValueError, match="no source holds 5000 tokens"):
+        next(long_jobs("m", CharTokenizer(), 5000, sources=sources))
+
+
+def test_the_long_cells_default_context_leaves_room_for_the_longest_output():
+    from bench.run import long_prompt_default
+
+    assert long_prompt_default(1024) == 1024 - 192 - 64
+    assert long_prompt_default(32768) == 2048
