@@ -85,6 +85,8 @@ async def measure_app(url: str, app, args, rates: list[float] | None, model: str
             got = await send(alternating(wl, model, 70, routes), n, Load(concurrency=c))
             cells.setdefault(f"machine@c{c}", {})[name] = got
             print(f"machine@c{c:<6} {name:>24}: {_line(got)}", flush=True)
+    if not args.poisson_requests:  # --poisson-requests 0: no Poisson cells
+        return cells
     if rates is None:  # fractions of the first system's capacity, measured by the sweep
         first = next(iter(app.systems))
         capacity = max(cells[f"{wl}@c{c}"][first]["requests"] /

@@ -251,7 +251,12 @@ def main(argv: list[str] | None = None) -> int:
                    "concurrency slot (at least --min-requests)")
     p.add_argument("--min-requests", type=int, default=8)
     p.add_argument("--code-requests", type=int, default=8)
-    p.add_argument("--poisson-requests", type=int, default=40)
+    p.add_argument("--poisson-requests", type=int, default=40, help="requests per Poisson cell "
+                   "(0: no Poisson cells)")
+    p.add_argument("--apps", nargs="+", choices=APP_KINDS, default=list(APP_KINDS),
+                   help="which applications run (default all): vanilla-xN, speculative-<method>-xN "
+                   "per method, the routed 1+1 with its forced routes and machine cell, and vLLM's "
+                   "batch-size switch")
     p.add_argument("--overhead-requests", type=int, default=256)
     p.add_argument("--overhead-concurrency", type=int, default=64)
     p.add_argument("--machine-concurrency", type=int, default=16, help="closed-loop slots of the "
@@ -316,14 +321,19 @@ def main(argv: list[str] | None = None) -> int:
         return cells, extra
 
     split = (budget - budget // 2, budget // 2)
-    apps = [App(vanilla_n, speculator_config(base, first, (budget, 0), args.eager),
-                {vanilla_n: "auto"})]
-    apps += [App(f"speculative-{m}-x{budget}", speculator_config(base, m, (0, budget), args.eager),
-                 {f"speculative-{m}-x{budget}": "auto"}) for m in methods]
+    apps = []
+    if "vanilla" in args.apps:
+        apps.append(App(vanilla_n, speculator_config(base, first, (budget, 0), args.eager),
+                        {vanilla_n: "auto"}))
+    if "speculative" in args.apps:
+        apps += [App(f"speculative-{m}-x{budget}", speculator_config(base, m, (0, budget),
+                                                                     args.eager),
+                     {f"speculative-{m}-x{budget}": "auto"}) for m in methods]
     routed = App(f"routed-{split[0]}+{split[1]}", speculator_config(base, first, split, args.eager),
                  {"routed": "auto", "forced-vanilla": "vanilla",
                   "forced-speculative": "speculative"})
-    apps.append(routed)
+    if "routed" in args.apps:
+        apps.append(routed)
     with local_serve(args.port):
         for r in range(args.repeats):
             print(f"round {r + 1} of {args.repeats}", flush=True)
@@ -337,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
                     results["speedup_curves_long"] = extra.pop("speedup_curves_long", None)
                     results["overhead"] = extra if "requests" in extra else None
                     _save(results, out)  # a run stopped in a later round keeps them
-            if r == 0 and not args.no_switch:  # its schedule from round 1's crossover
+            if r == 0 and not args.no_switch and "switch" in args.apps and {
+                    "vanilla", "speculative"} <= set(args.apps):  # from round 1's crossover
                 cut = crossover(results["cells"], spec_n, vanilla_n, args.concurrency,
                                 args.workload)
                 top = base.speculative.max_num_seqs
@@ -345,11 +356,14 @@ def main(argv: list[str] | None = None) -> int:
                 name = f"vllm-switch-x{budget}"
                 apps.append(App(name, speculator_config(base, first, (0, budget), args.eager,
                                                         schedule), {name: "auto"}))
-                measure(apps[-1], results["poisson_rates_req_s"])
+                measure(apps[-1], results.get("poisson_rates_req_s"))
     results["wall_s"] = round(time.perf_counter() - t_start, 1)
     _save(results, out)
     print(f"results: {out}/report.md ({results['wall_s']:.0f} s)")
     return 0
+
+
+APP_KINDS = ("vanilla", "speculative", "routed", "switch")
 
 
 def long_prompt_default(max_model_len: int) -> int:
