@@ -1,4 +1,4 @@
-"""Per-position acceptance α_i per (task type, temperature bucket), learned online.
+"""Per-position acceptance α_i per (task type, temperature bucket, context bucket), learned online.
 
 Each speculative response carries vLLM's per-request `metrics.speculative_decoding.acceptance_histogram`
 (engine flag `per_request_spec_decode_metrics`); `observe` folds it into exponentially decayed
@@ -8,6 +8,13 @@ counts, and `alphas` returns the posterior mean of a Beta prior per position:
 
 with s = `prior_steps` pseudo-steps. Decay: before each observation every count is multiplied by
 0.5^(steps / half_life_steps), so the estimate follows drift (a new prompt mix, a new speculator).
+
+Context buckets: a draft trained on short sequences agrees less with the target deep into a long
+one (the lab's draft, trained on 256-token windows, served the wide target's code prompts at a mean
+acceptance length of 4.09 with ~40-token prompts and 2.13 with 768-token ones, 2026-12-05,
+bench/results/2026-12-05-long-wide), so contexts of at least each of `CONTEXT_EDGES` tokens learn
+their own counts; a bucket with few of its own leans on the next shorter one's estimate (its
+prior), not on the task's cold-start prior.
 
 Several ingress replicas each observe only the responses they relay: each publishes its own decayed
 counts (`local_counts`) through the StatsBoard and adds the others' (`set_remote`), so every replica
@@ -29,6 +36,8 @@ DEFAULT_PRIORS: dict[TaskType, float] = {"code": 0.7, "math": 0.7, "extraction":
 # Upper edges of the temperature buckets; vLLM drafts greedily, so acceptance falls as
 # temperature rises.
 TEMPERATURE_EDGES = (0.0, 0.5, 1.0)
+# Lower edges (tokens of context: prompt + half the output limit) of the long-context buckets.
+CONTEXT_EDGES = (512, 2048, 8192)
 
 
 def temperature_bucket(temperature: float) -> str:
@@ -37,6 +46,22 @@ def temperature_bucket(temperature: float) -> str:
         if temperature <= edge:
             return "t0" if edge == 0.0 else f"t≤{edge}"
     return f"t>{TEMPERATURE_EDGES[-1]}"
+
+
+def context_bucket(context_tokens: float) -> str:
+    """"" below the first of `CONTEXT_EDGES`, else "@L<edge>" for the largest edge reached."""
+    reached = [edge for edge in CONTEXT_EDGES if context_tokens >= edge]
+    return f"@L{reached[-1]}" if reached else ""
+
+
+def _shorter(bucket: str) -> str | None:
+    """The bucket of the next shorter context ("t0@L2048" -> "t0@L512" -> "t0"; None for
+    "t0")."""
+    if "@L" not in bucket:
+        return None
+    temp, edge = bucket.split("@L")
+    shorter = [e for e in CONTEXT_EDGES if e < int(edge)]
+    return temp + (f"@L{shorter[-1]}" if shorter else "")
 
 
 @dataclass(slots=True)
@@ -48,7 +73,8 @@ class _Counts:
 
 @dataclass
 class AcceptanceEstimator:
-    """Decayed per-position acceptance counts keyed by (task, temperature bucket).
+    """Decayed per-position acceptance counts keyed by (task, temperature bucket + context
+    bucket), e.g. ("code", "t0") or ("code", "t0@L512").
 
     Args:
         num_speculative_tokens: γ, the number of draft positions.
@@ -65,12 +91,14 @@ class AcceptanceEstimator:
     # Other ingress replicas' decayed counts, summed: key -> (accepted_i, reached_i, steps).
     _remote: dict[tuple[str, str], _Counts] = field(default_factory=dict)
 
-    def observe(self, task: TaskType, temperature: float, histogram: Sequence[int]) -> None:
-        """Adds one request's acceptance histogram (`histogram[j]`: steps accepting j drafts)."""
+    def observe(self, task: TaskType, temperature: float, histogram: Sequence[int],
+                context_tokens: float = 0) -> None:
+        """Adds one request's acceptance histogram (`histogram[j]`: steps accepting j drafts) at
+        its context (`RequestFeatures.context_tokens`; 0: short)."""
         steps = sum(histogram)
         if steps == 0:
             return
-        key = (task, temperature_bucket(temperature))
+        key = (task, temperature_bucket(temperature) + context_bucket(context_tokens))
         k = self.num_speculative_tokens
         c = self._counts.setdefault(key, _Counts([0.0] * k, [0.0] * k))
         decay = 0.5 ** (steps / self.half_life_steps)
@@ -82,24 +110,32 @@ class AcceptanceEstimator:
             reached = accepted
         c.steps = c.steps * decay + steps
 
-    def alphas(self, task: TaskType, temperature: float) -> list[float]:
-        """Posterior mean α_1..α_γ for the task and temperature."""
-        prior = self.priors[task]
-        c = self._merged((task, temperature_bucket(temperature)))
-        if c is None:
-            return [prior] * self.num_speculative_tokens
-        s = self.prior_steps
-        return [(a + s * prior) / (r + s) for a, r in zip(c.accepted, c.reached)]
+    def alphas(self, task: TaskType, temperature: float, context_tokens: float = 0
+               ) -> list[float]:
+        """Posterior mean α_1..α_γ for the task, temperature and context (tokens; 0: short)."""
+        return self._alphas(task, temperature_bucket(temperature)
+                            + context_bucket(context_tokens))
 
-    def observed_steps(self, task: TaskType, temperature: float) -> float:
+    def _alphas(self, task: str, bucket: str) -> list[float]:
+        shorter = _shorter(bucket)  # a long-context bucket's prior: the shorter one's estimate
+        prior = (self._alphas(task, shorter) if shorter is not None
+                 else [self.priors[task]] * self.num_speculative_tokens)
+        c = self._merged((task, bucket))
+        if c is None:
+            return prior
+        s = self.prior_steps
+        return [(a + s * p) / (r + s) for a, r, p in zip(c.accepted, c.reached, prior)]
+
+    def observed_steps(self, task: TaskType, temperature: float, context_tokens: float = 0
+                       ) -> float:
         """Decayed verification steps behind the estimate (0 = prior only)."""
-        c = self._merged((task, temperature_bucket(temperature)))
+        c = self._merged((task, temperature_bucket(temperature)
+                          + context_bucket(context_tokens)))
         return c.steps if c else 0.0
 
     def table(self) -> dict[tuple[str, str], list[float]]:
-        """Every observed key's α_i (for metrics)."""
-        return {key: self.alphas(key[0], _bucket_temperature(key[1]))
-                for key in self._counts.keys() | self._remote.keys()}
+        """Every observed key's α_i (for metrics), keyed (task, temperature + context bucket)."""
+        return {key: self._alphas(*key) for key in self._counts.keys() | self._remote.keys()}
 
     def local_counts(self) -> dict[str, tuple[list[float], list[float], float]]:
         """This replica's own decayed counts, keyed "task|bucket" (what it publishes)."""
@@ -130,9 +166,3 @@ class AcceptanceEstimator:
                        local.steps + remote.steps)
 
 
-def _bucket_temperature(bucket: str) -> float:
-    """A temperature inside `bucket` (inverse of temperature_bucket)."""
-    if bucket == "t0":
-        return 0.0
-    edge = float(bucket[2:])
-    return edge if bucket.startswith("t≤") else edge + 1.0

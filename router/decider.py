@@ -410,7 +410,8 @@ class RouteDecider:
         """
         features = dataclasses.replace(request.features, expected_tokens=self.speedup_model
                                        .expected_tokens(request.features.task,
-                                                        request.features.temperature))
+                                                        request.features.temperature,
+                                                        request.features.context_tokens))
         router_cfg = self.cfg.router
         if self.pin != router_cfg.pin:
             router_cfg = router_cfg.model_copy(update={"pin": self.pin})
@@ -470,7 +471,8 @@ class RouteDecider:
         tokens = (payload.get("usage") or {}).get("completion_tokens")
         if tokens:
             histogram[0] += max(0, tokens - 1 - sum((j + 1) * h for j, h in enumerate(histogram)))
-        self.speedup_model.acceptance.observe(features.task, features.temperature, histogram)
+        self.speedup_model.acceptance.observe(features.task, features.temperature, histogram,
+                                              features.context_tokens)
 
     def speculator_tallies(self) -> dict[str, dict[str, Tally]]:
         """Live acceptance per speculator fingerprint and task over every ingress replica (as of

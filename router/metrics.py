@@ -207,14 +207,16 @@ class _EstimateCollector:
                                   "α_i. Decode steps that carried no drafts (an n-gram speculator "
                                   "without a match) count as rejections at position 1, so α_1 is "
                                   "per decode step, below vLLM's per-draft acceptance for n-gram.",
-                                  labels=["task", "temperature", "position"])
+                                  labels=["task", "temperature", "position", "context"])
         length = GaugeMetricFamily("specserve_mean_acceptance_length", "Estimated E[τ], tokens per "
                                    "verification step (bonus included).",
-                                   labels=["task", "temperature"])
+                                   labels=["task", "temperature", "context"])
         for (task, bucket), alphas in self._model.acceptance.table().items():
+            temperature, _, edge = bucket.partition("@L")
+            context = f"≥{edge}" if edge else "short"  # core/acceptance.py CONTEXT_EDGES
             for i, a in enumerate(alphas, start=1):
-                alpha.add_metric([task, bucket, str(i)], a)
-            length.add_metric([task, bucket], expected_tokens(alphas))
+                alpha.add_metric([task, temperature, str(i), context], a)
+            length.add_metric([task, temperature, context], expected_tokens(alphas))
         yield alpha
         yield length
         step = GaugeMetricFamily("specserve_step_seconds", "Seconds per decode step as a request "

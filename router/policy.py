@@ -323,9 +323,11 @@ class SpeedupModel:
             model.fold(stats.profile, stats.step_samples, self._seen_samples,
                        stats.profile_context, stats.mean_context)
 
-    def expected_tokens(self, task: TaskType, temperature: float) -> float:
-        """E[τ] for this task and temperature from the current per-position α."""
-        return expected_tokens(self.acceptance.alphas(task, temperature))
+    def expected_tokens(self, task: TaskType, temperature: float, context_tokens: float = 0
+                        ) -> float:
+        """E[τ] for this task, temperature and context (tokens; 0: short) from the current
+        per-position α (core/acceptance.py)."""
+        return expected_tokens(self.acceptance.alphas(task, temperature, context_tokens))
 
     def step_time(self, pool: Route, batch: float, context: float | None = None
                   ) -> float | None:
@@ -349,7 +351,8 @@ class SpeedupModel:
             return None
         e_tau = features.expected_tokens  # as the decider already estimated it
         if e_tau is None:
-            e_tau = self.expected_tokens(features.task, features.temperature)
+            e_tau = self.expected_tokens(features.task, features.temperature,
+                                         features.context_tokens)
         return batched_speedup(e_tau, vanilla, speculative)
 
     def latency_step_s(self, loads: Mapping[Route, PoolLoad], context_tokens: int = 0
@@ -382,7 +385,7 @@ class SpeedupModel:
         van, spec = self.step_times.get("vanilla"), self.step_times.get("speculative")
         if van is None or spec is None or not van.points() or not spec.points():
             return []
-        e_tau = self.expected_tokens(task, temperature)
+        e_tau = self.expected_tokens(task, temperature, context or 0)
         rows = []
         for batch in sorted(set(van.points()) | set(spec.points())):
             t_v, t_s = van.step_time(batch, context), spec.step_time(batch, context)

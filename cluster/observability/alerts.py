@@ -74,10 +74,11 @@ ALERTS: tuple[Alert, ...] = (
     Alert("SpecserveAcceptanceDrift",
           f"avg_over_time({_LENGTH}[30m]) - 1",
           "<", f"{DRIFT_FRACTION} * (avg_over_time({_LENGTH}[6h]) - 1)", "15m", "warning",
-          "Acceptance of {{ $labels.task }} requests at {{ $labels.temperature }} fell to "
+          "Acceptance of {{ $labels.task }} requests at {{ $labels.temperature }} "
+          "({{ $labels.context }} context) fell to "
           "{{ $value | printf \"%.2f\" }} accepted tokens per step, below "
           f"{DRIFT_FRACTION:.0%} of its 6 h average",
-          "The router's acceptance estimate for this task type and temperature bucket "
+          "The router's acceptance estimate for this task type, temperature and context bucket "
           "(E[τ] − 1, accepted draft tokens per verification step, last 30 min) drifted below "
           "its trailing average: traffic or the target changed under the speculator. The "
           "router already sends less of it speculative; retrain or re-distill the speculator."),

@@ -121,15 +121,16 @@ ROWS: tuple[Row, ...] = (
                Query("1 + " + ratio_by("specserve_spec_decode_num_accepted_tokens_total",
                                               "specserve_spec_decode_num_drafts_total"),
                      "{{pool}}: 1 + accepted / drafts (engine)"))),
-        Panel("acceptance_length", "Mean acceptance length E[τ] per task and temperature",
+        Panel("acceptance_length", "Mean acceptance length E[τ] per task, temperature and "
+              "context",
               "The router's online estimate (core/acceptance.py), tokens per verification "
               "step, bonus token included: what its speedup predictions use.", "none",
               (Query('specserve_mean_acceptance_length{task=~"$task"}',
-                     "{{task}} · {{temperature}}"),), main=True),
+                     "{{task}} · {{temperature}} · {{context}}"),), main=True),
         Panel("acceptance_alpha", "Per-position acceptance α_i per task and temperature",
               "The router's estimate of P(draft token i accepted | tokens before it accepted).",
               "percentunit", (Query('specserve_acceptance_alpha{task=~"$task"}',
-                                    "{{task}} · {{temperature}} · α{{position}}"),)),
+                                    "{{task}} · {{temperature}} · {{context}} · α{{position}}"),)),
         Panel("acceptance_by_position", "Engine acceptance by draft position",
               "Share of verification steps whose draft position i was accepted (vLLM's "
               "per-position counters over its drafts: Π α_j up to i).", "percentunit",

@@ -36,7 +36,8 @@ def test_acceptance_estimate_converges_on_a_code_stream(client):
     # load reaches t≤1.0), so this stream uses the t>1.0 bucket, which only a forced
     # `route: speculative` above temperature 1 reaches, and checks first that it is empty.
     temperature, bucket = 1.05, "t>1.0"
-    name = f'specserve_mean_acceptance_length{{task="code",temperature="{bucket}"}}'
+    name = (f'specserve_mean_acceptance_length{{task="code",temperature="{bucket}",'
+            'context="short"}')
     assert _metric(client, name) is None, f"another test already sent code at {bucket}"
     observed_steps = observed_accepted = 0
     for i in range(12):

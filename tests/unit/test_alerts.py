@@ -35,13 +35,14 @@ def _alert(name: str, labels: dict, summary: str) -> dict:
 SCENARIOS = {
     "SpecserveAcceptanceDrift": {
         # code: E[τ] 3.0 for 6 h, then 1.5 for an hour; math stays at 3.0.
-        "series": {'specserve_mean_acceptance_length{task="code",temperature="t0"}':
-                   "3+0x360 1.5+0x60",
-                   'specserve_mean_acceptance_length{task="math",temperature="t0"}': "3+0x420"},
+        "series": {'specserve_mean_acceptance_length{task="code",temperature="t0",'
+                   'context="short"}': "3+0x360 1.5+0x60",
+                   'specserve_mean_acceptance_length{task="math",temperature="t0",'
+                   'context="short"}': "3+0x420"},
         "eval_time": "7h",
-        "alerts": [({"task": "code", "temperature": "t0"},
-                    "Acceptance of code requests at t0 fell to 0.50 accepted tokens per step, "
-                    "below 70% of its 6 h average")],
+        "alerts": [({"task": "code", "temperature": "t0", "context": "short"},
+                    "Acceptance of code requests at t0 (short context) fell to 0.50 accepted "
+                    "tokens per step, below 70% of its 6 h average")],
     },
     "SpecserveEngineAcceptanceDrift": {
         # 3 of 4 draft tokens accepted for 6 h, then 1 of 4.

@@ -335,3 +335,16 @@ def test_sequences_in_flight_carry_their_context_to_the_loads(decider):
     assert decider.pressure.pool_stats()["vanilla"].mean_context == pytest.approx(1100 / 3)
     decider.pressure.finish("vanilla", 2, 2 * 500)
     assert decider.loads()["vanilla"].context_tokens == 100
+
+
+def test_acceptance_learned_on_long_prompts_prices_long_prompts_only(measured):
+    decider = measured
+    long = decider.parse(long_code(150))
+    features, before = decider.decide(long, LOADS)
+    for _ in range(50):  # the long code prompts accept nothing
+        decider.learn(features, {"metrics": {"speculative_decoding": {
+            "acceptance_histogram": [40, 0, 0, 0, 0]}}})
+    _, after = decider.decide(long, LOADS)
+    _, short = decider.decide(decider.parse(code()), LOADS)
+    assert after.speedup < 0.5 * before.speedup
+    assert short.speedup == pytest.approx(before.speedup, rel=0.05)
