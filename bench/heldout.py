@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from bench.workload import HELDOUT_PATH, PROMPTS_PATH
+from bench.workload import HELDOUT_PATH, PROMPTS_PATH, SKIPPED_SOURCE_PARTS
 
 PACKAGES = ("click", "httpx", "jinja2", "prometheus_client", "pydantic", "PyYAML", "requests",
             "tqdm")  # distribution names
@@ -51,7 +51,6 @@ COUNTS = {("code", "completion"): 17, ("code", "chat"): 26,
           ("extraction", "completion"): 12, ("extraction", "chat"): 26,
           ("chat", "completion"): 7, ("chat", "chat"): 32,
           ("creative", "completion"): 9, ("creative", "chat"): 28}
-_SKIPPED_PARTS = frozenset({"tests", "testing", "_vendor", "__pycache__"})
 _NOUN_SKIP = re.compile(r"Error|Exception|Warning|Mixin|Base|Meta|Protocol|Type|Dict|Callable")
 
 
@@ -137,7 +136,7 @@ def read_package(dist_name: str) -> Package:
               "License", "License-Expression", "Requires-Python")
     header = "\n".join(f"{k}: {meta[k]}" for k in fields if meta.get(k) and len(meta[k]) < 200)
     files = sorted(str(f) for f in dist.files or () if str(f).endswith(".py")
-                   and not _SKIPPED_PARTS & set(Path(str(f)).parts))
+                   and not SKIPPED_SOURCE_PARTS & set(Path(str(f)).parts))
     functions, module_docs, nouns = [], [], set()
     for rel in files:
         tree = ast.parse(Path(dist.locate_file(rel)).read_text(encoding="utf-8"))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from importlib import metadata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -26,6 +27,8 @@ WORKLOADS = ("code", "chat", "mixed", "heldout")
 # The long-prompt workload (`long_jobs`): its sources and the share of code completions in it.
 LONG_PACKAGES = ("click", "httpx", "jinja2", "pydantic", "requests")
 LONG_CODE_SHARE = 0.5
+# Folders of a package that are not its own code (tests, vendored copies), skipped as a source.
+SKIPPED_SOURCE_PARTS = frozenset({"tests", "testing", "_vendor", "__pycache__"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,14 +87,11 @@ def long_sources(packages=LONG_PACKAGES) -> list[tuple[str, str]]:
     Raises:
         importlib.metadata.PackageNotFoundError: a package is not installed.
     """
-    from bench.heldout import _SKIPPED_PARTS  # one definition of what is not the package's code
-    from importlib import metadata
-
     out = []
     for name in packages:
         dist = metadata.distribution(name)
         for rel in sorted(str(f) for f in dist.files or () if str(f).endswith(".py")
-                          and not _SKIPPED_PARTS & set(Path(str(f)).parts)):
+                          and not SKIPPED_SOURCE_PARTS & set(Path(str(f)).parts)):
             text = Path(dist.locate_file(rel)).read_text(encoding="utf-8")
             if len(text) > 4000:
                 out.append((f"{name} {dist.version}: {rel}", text))
