@@ -62,8 +62,8 @@ class EngineStats:
     # Startup profile of this replica: {running batch: seconds per engine step}.
     profile: dict[int, float] = field(default_factory=dict)
     # Its context cost (deployments/profile.py `profile_context_cost`): κ, seconds per step per
-    # running sequence per context token, and the mean context (tokens) the profile ran at;
-    # (0.0, 0.0): not measured.
+    # running sequence per context token (≥ 0), and the mean context (tokens) the profile ran
+    # at; (0.0, 0.0): not measured.
     profile_context: tuple[float, float] = (0.0, 0.0)
     # The replica's startup check (deployments/sampling_check.py): its engine samples the
     # target's distribution on the speculative path at temperature > 0.
@@ -175,7 +175,7 @@ class PoolStats:
     # Startup profiles of the pool's replicas: {running batch: mean seconds per engine step}.
     profile: dict[int, float] = field(default_factory=dict)
     # Their context cost (κ s per step per sequence per context token, reference context tokens),
-    # the mean over the replicas that measured one; (0.0, 0.0): none did.
+    # the mean over the replicas that measured one (reference > 0); (0.0, 0.0): none did.
     profile_context: tuple[float, float] = (0.0, 0.0)
     # Context tokens of the sequences in flight to it (prompt + half the expected output each),
     # from every ingress replica: in_flight_context / in_flight is their mean context.

@@ -107,11 +107,12 @@ class StepTimeModel:
 
         Args:
             samples: [(replica id, sample id, batch, seconds per step)] (`PoolStats.step_samples`).
-            context_cost: (κ, L_ref) of the replicas' profile (`set_context_cost`); None: keep.
+            context_cost: (κ, L_ref) of the replicas' profile (`set_context_cost`); None or
+                L_ref 0 (not measured): keep.
             context: mean context tokens per sequence in flight to the pool now, the samples'
                 context (None: unknown).
         """
-        if context_cost is not None and context_cost[0] > 0:
+        if context_cost is not None and context_cost[1] > 0:
             self.set_context_cost(*context_cost)
         self.load_profile(profile)
         for replica, sample_id, batch, step_s in samples:

@@ -159,7 +159,7 @@ class StatsBoard:
                 p.step_samples.append((rid, stats.step_sample_id, stats.step_batch, stats.step_s))
             for batch, step_s in stats.profile.items():
                 profiles.setdefault((pool, batch), []).append(step_s)
-            if stats.profile_context[0] > 0:
+            if stats.profile_context[1] > 0:  # measured (κ may be 0)
                 contexts.setdefault(pool, []).append(stats.profile_context)
         for (pool, batch), times in profiles.items():  # mean over the pool's replicas
             pools[pool].profile[batch] = sum(times) / len(times)

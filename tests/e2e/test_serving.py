@@ -66,8 +66,12 @@ def test_each_pool_measured_its_context_cost_and_the_curve_prices_a_context(clie
     short = client.get("/admin/speedup").json()
     costs = short["context_cost"]
     assert set(costs) == {"vanilla", "speculative"}, costs
-    for pool, cost in costs.items():
-        assert cost["context_s_per_token"] > 0 and 0 < cost["profile_context"] < 200, (pool, cost)
+    for pool, cost in costs.items():  # measured (the profile context), κ ≥ 0
+        assert cost["context_s_per_token"] >= 0 and 0 < cost["profile_context"] < 200, (pool, cost)
+    # on this target a vanilla step at batch 8 gains ~6 ms of 8.6 at 900 tokens of context
+    # (0.86 µs per sequence per token); the n-gram pool's verification measured ~0 (2026-12-05)
+    costly = max(costs, key=lambda p: costs[p]["context_s_per_token"])
+    assert costs[costly]["context_s_per_token"] > 0, costs
     long = client.get("/admin/speedup", params={"context": 900}).json()
     assert (short["context"], long["context"]) == (None, 900.0)
     rows = [(a, b) for a, b in zip(short["tasks"]["code"]["curve"], long["tasks"]["code"]["curve"])]
@@ -76,7 +80,7 @@ def test_each_pool_measured_its_context_cost_and_the_curve_prices_a_context(clie
         for step in ("vanilla_step_ms", "speculative_step_ms"):
             assert b[step] >= a[step], (a, b)
     top_short, top_long = rows[-1]
-    assert top_long["vanilla_step_ms"] > top_short["vanilla_step_ms"], rows[-1]
+    assert top_long[f"{costly}_step_ms"] > top_short[f"{costly}_step_ms"], rows[-1]
     for bad in ("-1", "many", "inf"):
         r = client.get("/admin/speedup", params={"context": bad})
         assert r.status_code == 400 and r.json()["error"]["param"] == "context", r.text

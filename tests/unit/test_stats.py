@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from core import DEFAULT_CONFIG_PATH, STALE_AFTER_S, EngineStats, SpecserveConfig
 from fakes.actor_handle import FakeBoardHandle
 from router.board import StatsBoard
@@ -72,9 +74,10 @@ def test_the_board_sums_context_in_flight_and_averages_the_replicas_context_cost
     board.report_engine("r1", "speculative", EngineStats(profile_context=(2e-6, 60.0)))
     board.report_engine("r2", "speculative", EngineStats(profile_context=(4e-6, 80.0)))
     board.report_engine("r3", "speculative", EngineStats())  # measured none: left out
+    board.report_engine("r4", "speculative", EngineStats(profile_context=(0.0, 90.0)))  # no cost
     board.report_in_flight("ingress-a", {"speculative": 2}, {"speculative": 1000})
     board.report_in_flight("ingress-b", {"speculative": 3})  # an ingress that counts no context
     pool = board.snapshot().pools["speculative"]
-    assert pool.profile_context == (3e-6, 70.0)
+    assert pool.profile_context == pytest.approx((2e-6, 230 / 3))
     assert (pool.in_flight, pool.in_flight_context, pool.mean_context) == (5, 1000, 200.0)
     assert board.snapshot("ingress-a").pools["speculative"].mean_context is None
