@@ -4,6 +4,7 @@ when it ends; acceptance estimates converge on a code-only stream."""
 from __future__ import annotations
 
 import concurrent.futures
+import re
 import time
 
 import httpx
@@ -23,10 +24,14 @@ def _auto(client, prompt=CODE[0]):
     return r.headers["x-specserve-route"], float(r.headers["x-specserve-speedup"])
 
 
-def _metric(client, name: str) -> float | None:
+def _metric(client, name: str, **labels: str) -> float | None:
+    """The sample of `name` whose labels are exactly `labels`, in whatever order the exposition
+    writes them (the text format does not fix it); None when there is none."""
     for line in client.get("/metrics").text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.rsplit(" ", 1)[1])
+        series, _, value = line.rpartition(" ")
+        metric, _, rest = series.partition("{")
+        if metric == name and dict(re.findall(r'(\w+)="([^"]*)"', rest)) == labels:
+            return float(value)
     return None
 
 
@@ -36,9 +41,9 @@ def test_acceptance_estimate_converges_on_a_code_stream(client):
     # load reaches t≤1.0), so this stream uses the t>1.0 bucket, which only a forced
     # `route: speculative` above temperature 1 reaches, and checks first that it is empty.
     temperature, bucket = 1.05, "t>1.0"
-    name = (f'specserve_mean_acceptance_length{{task="code",temperature="{bucket}",'
-            'context="short"}')
-    assert _metric(client, name) is None, f"another test already sent code at {bucket}"
+    name, labels = "specserve_mean_acceptance_length", {"task": "code", "temperature": bucket,
+                                                        "context": "short"}
+    assert _metric(client, name, **labels) is None, f"another test already sent code at {bucket}"
     observed_steps = observed_accepted = 0
     for i in range(12):
         r = client.post("/v1/completions", json={"model": MODEL, "prompt": CODE[i % len(CODE)],
@@ -50,7 +55,7 @@ def test_acceptance_estimate_converges_on_a_code_stream(client):
         observed_steps += spec["num_spec_steps"]
         observed_accepted += spec["num_accepted_draft_tokens"]
     measured = 1 + observed_accepted / observed_steps  # mean acceptance length of this stream
-    estimate = _metric(client, name)
+    estimate = _metric(client, name, **labels)
     assert estimate is not None
     # the prior (α = 0.7, E[τ] = 2.77 at γ = 4) weighs 20 steps per position against the
     # stream's hundreds
