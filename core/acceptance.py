@@ -9,12 +9,13 @@ counts, and `alphas` returns the posterior mean of a Beta prior per position:
 with s = `prior_steps` pseudo-steps. Decay: before each observation every count is multiplied by
 0.5^(steps / half_life_steps), so the estimate follows drift (a new prompt mix, a new speculator).
 
-Context buckets: a draft trained on short sequences agrees less with the target deep into a long
-one (the lab's draft, trained on 256-token windows, served the wide target's code prompts at a mean
-acceptance length of 4.09 with ~40-token prompts and 2.13 with 768-token ones, 2026-12-05,
-bench/results/2026-12-05-long-wide), so contexts of at least each of `CONTEXT_EDGES` tokens learn
-their own counts; a bucket with few of its own leans on the next shorter one's estimate (its
-prior), not on the task's cold-start prior.
+Context buckets: a draft trained on short sequences can agree less with the target deep into a
+long one (LongSpec, arXiv:2502.17421, on drafts trained at short context; the lab's models train on
+256-token windows, models/params.py `seq_len`), and on a long prompt an n-gram speculator finds
+more to copy, so contexts of at least each of `CONTEXT_EDGES` tokens learn their own counts; a
+bucket with few of its own leans on the next shorter one's estimate (its prior), not on the task's
+cold-start prior. Not yet measured per context on our testbed (bench.run's long cell reports the
+acceptance of its mix).
 
 Several ingress replicas each observe only the responses they relay: each publishes its own decayed
 counts (`local_counts`) through the StatsBoard and adds the others' (`set_remote`), so every replica
