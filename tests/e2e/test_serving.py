@@ -207,7 +207,17 @@ def test_a_json_body_of_another_media_type_gets_vllms_answer(client, headers):
     body = json.dumps({"model": MODEL, "prompt": "x", "max_tokens": 1}).encode()
     r = client.post("/v1/completions", content=body, headers=headers)
     assert r.status_code == 400, r.text
-    assert r.json()["error"]["message"] == UNSUPPORTED_MEDIA_TYPE
+    assert r.json()["error"] == {"message": UNSUPPORTED_MEDIA_TYPE, "type": "BadRequestError",
+                                 "param": None, "code": 400}
+
+
+def test_a_json_body_with_a_charset_parameter_is_served(client):
+    """`application/json; charset=utf-8` is JSON: the media-type check looks at the type only."""
+    body = json.dumps({"model": MODEL, "prompt": "x", "max_tokens": 1}).encode()
+    r = client.post("/v1/completions", content=body,
+                    headers={"content-type": "application/json; charset=utf-8"})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] == 1
 
 
 @pytest.mark.parametrize("route", ["vanilla", "speculative"])
