@@ -89,11 +89,11 @@ class RequestParser:
         self.limits, self.tokenizer = limits, tokenizer
         self.speculator_context = speculator_context
 
-    def prompt_len(self, body) -> int:
+    def prompt_len(self, body, bound: int | None = None) -> int:
         """The prompt's length in target tokens where a limit depends on it, else a byte bound
-        (`max_prompt_tokens`) already within every limit: short prompts, the common case, skip
-        the tokenizer."""
-        bound = max_prompt_tokens(body)
+        (`max_prompt_tokens`, or `bound` when the caller has it) already within every limit:
+        short prompts, the common case, skip the tokenizer."""
+        bound = max_prompt_tokens(body) if bound is None else bound
         context = self.speculator_context
         if bound + (max_tokens(body) or 1) <= self.limits.max_model_len and (
                 context is None or bound < context):
@@ -111,23 +111,26 @@ class RequestParser:
             RequestError: 400 naming the field (`validate_request`, or a `route` other than
                 auto / speculative / vanilla).
         """
-        prompt_len = self.prompt_len(body)
+        bound = max_prompt_tokens(body)
+        prompt_len = self.prompt_len(body, bound)
         validate_request(body, prompt_len, self.limits)
         features = request_features(body, self.tokenizer, self.speculator_context, prompt_len)
         limit = max_tokens(body)
         features = dataclasses.replace(features, context_tokens=self.context_tokens(
-            body, prompt_len, limit))
+            body, prompt_len, limit, bound))
         return ParsedRequest(body, features, prompt_len, request_sequences(body), limit)
 
-    def context_tokens(self, body, prompt_len: int, limit: int | None) -> int:
+    def context_tokens(self, body, prompt_len: int, limit: int | None,
+                       bound: int | None = None) -> int:
         """The mean context a sequence of this request holds while it decodes: its prompt's
         tokens plus half its output limit (`limit`, else what max_model_len leaves), for the
         step-time model's context term (core/step_time.py).
 
         `prompt_len` is exact once tokenized (below the byte bound); else a prompt of at most
         `SHORT_PROMPT_BYTES` counts bytes / 4 (BPE's rule of thumb, as `prompt_tokens` without a
-        tokenizer), and a longer one is tokenized (~10 µs per 1,000 characters)."""
-        bound = max_prompt_tokens(body)
+        tokenizer), and a longer one is tokenized (~10 µs per 1,000 characters). `bound`: the
+        prompt's `max_prompt_tokens` when the caller has it."""
+        bound = max_prompt_tokens(body) if bound is None else bound
         if prompt_len < bound:
             tokens = prompt_len
         elif bound <= SHORT_PROMPT_BYTES:
