@@ -223,6 +223,7 @@ def _targets(results, cells, sweep, rates, heldout=()) -> list[str]:
         out.append(f"- the shape, one replica each: forced-speculative / forced-vanilla tok/s = "
                    f"{_target(low[0], 1.8)}) on code at concurrency 1, "
                    f"{_target(high[0], 0.9, at_most=True)}) at {sweep[-1][1]}")
+    out += _every_level(cells, sweep, list(heldout), singles, forced, n)
     for key, row in cells.items():
         if key.startswith("machine@") and {"one-pool", "both-pools"} <= set(row):
             r = [b["output_tok_s"] / a["output_tok_s"]
@@ -257,6 +258,67 @@ def _targets(results, cells, sweep, rates, heldout=()) -> list[str]:
                    f"(target p99 < 2 ms); latencies specserve p50/p99 {o['specserve_p50_ms']}/"
                    f"{o['specserve_p99_ms']} ms, stock {o['direct_p50_ms']}/"
                    f"{o['direct_p99_ms']} ms")
+    return out
+
+
+def crossover(cells: dict, sweep: list[tuple[int, str]], n: int) -> list[tuple[int, str]]:
+    """The sweep's crossover band: the last level at which the best speculative-xN system made
+    more output tok/s than vanilla-xN (medians) and the next level, at which none did; [] when
+    the sweep has no such pair (speculation pays everywhere, nowhere, or a system is missing).
+
+    Args:
+        sweep: (concurrency, cell) pairs in increasing concurrency.
+        n: the budget (replicas of each single system).
+    """
+    def pays(key: str) -> bool | None:
+        row = cells[key]
+        vanilla = median(row.get(f"vanilla-x{n}", []), "output_tok_s")
+        spec = [median(runs, "output_tok_s") for s, runs in row.items()
+                if s.startswith("speculative-") and s.endswith(f"-x{n}")]
+        if vanilla is None or not spec:
+            return None
+        return max(spec) > vanilla
+    flags = [(level, pays(level[1])) for level in sweep]
+    for (a, pa), (b, pb) in zip(flags, flags[1:]):
+        if pa and pb is False:
+            return [a, b]
+    return []
+
+
+def _every_level(cells, sweep, other, singles, forced, n) -> list[str]:
+    """Issue 30's routing targets, one line each over the whole run: routed ≥ 1.0x the best
+    single system at equal budget at every sweep level, ≥ 1.25x at some level of the crossover
+    band (`crossover`), and routed ≥ 0.95x the better of its own forced pools at every level of
+    the sweep and of `other` (held-out, long-prompt cells). A level counts as met only when its
+    every round clears the target."""
+    out = []
+
+    def summary(levels, against, target):
+        ratios = {key: r[0] for _, key in levels if (r := _ratio(cells[key], "routed", against))}
+        if not ratios:
+            return None
+        missed = [f"{key} {_target(r, target).split(' (')[0]}" for key, r in ratios.items()
+                  if verdict(r, target) != "met"]
+        return (f"met at {len(ratios) - len(missed)} of {len(ratios)} levels"
+                + (f"; not met: {', '.join(missed)}" if missed else ""))
+    eq = summary(sweep, singles, 1.0)
+    if eq:
+        out.append(f"- routed / best single system at equal budget, every sweep level (≥ 1.0): {eq}")
+    band = crossover(cells, sweep, n)
+    if band:
+        best = max(((r[0], key) for _, key in band if (r := _ratio(cells[key], "routed", singles))),
+                   key=lambda x: statistics.median(x[0]), default=None)
+        if best:
+            out.append(f"- in the crossover band ({band[0][1]}-{band[1][1]}: speculative-x{n} "
+                       f"beats vanilla-x{n} at the first, not at the second): routed / best single"
+                       f" system = {_target(best[0], 1.25)}) at {best[1]}")
+    elif sweep:
+        out.append(f"- crossover band: none in this sweep (speculative-x{n} beats vanilla-x{n} "
+                   "at every level, at none, or a system did not run)")
+    own = summary([*sweep, *other], forced, 0.95)
+    if own:
+        out.append(f"- routed / better own pool (auto vs forced, same app), every level of the "
+                   f"sweeps (≥ 0.95): {own}")
     return out
 
 
@@ -434,3 +496,23 @@ def _by_task(runs: list[dict], task: str) -> float | None:
     values = [r["tpot_p50_ms_by_task"][task] for r in runs
               if r["tpot_p50_ms_by_task"].get(task) is not None]
     return statistics.median(values) if values else None
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m bench.report DIR`: rewrites DIR/report.md and the plots from DIR/results.json
+    (a report made by an older version of this module, or of a run stopped between
+    applications: `bench.run` writes results.json after each)."""
+    import argparse
+    import json
+    p = argparse.ArgumentParser(prog="python -m bench.report", description=main.__doc__)
+    p.add_argument("dir", type=Path, help="a bench.run results folder (holds results.json)")
+    args = p.parse_args(argv)
+    path = args.dir / "results.json"
+    if not path.is_file():
+        p.error(f"dir: {path} does not exist (pass a folder bench.run wrote)")
+    write_report(json.loads(path.read_text()), args.dir)
+    print(args.dir / "report.md")
+
+
+if __name__ == "__main__":
+    main()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.report import write_report
+from bench.report import crossover, main as report_main, write_report
 from bench.summary import acceptance, percentile
 from bench.workload import MEAN_OUTPUT_TOKENS, TEMPERATURE, jobs, main, vllm_custom_rows
 
@@ -184,6 +184,15 @@ def test_report_states_each_target(tmp_path):
     assert "at equal budget = **1.30x** [1.30-1.30] (met vs ≥ 0.95, vanilla-x2)" in text
     assert "at equal budget = **0.90x** [0.90-0.90] (missed vs ≥ 0.95, vanilla-x2)" in text
     assert "routed / vanilla-x2 tok/s = **2.50x** [2.50-2.50] (met vs ≥ 2.0)" in text
+    # issue 30's lines over the whole run: speculative-x2 beats vanilla-x2 at c1, not at c16
+    assert ("- routed / best single system at equal budget, every sweep level (≥ 1.0): met at 1 "
+            "of 3 levels; not met: mixed@c1 **0.95x** [0.75-0.95], mixed@c64 **0.90x** "
+            "[0.90-0.90]") in text
+    assert ("- in the crossover band (mixed@c1-mixed@c16: speculative-x2 beats vanilla-x2 at the "
+            "first, not at the second): routed / best single system = **1.30x** [1.30-1.30] (met "
+            "vs ≥ 1.25) at mixed@c16") in text
+    assert ("- routed / better own pool (auto vs forced, same app), every level of the sweeps "
+            "(≥ 0.95): met at 4 of 5 levels; not met: mixed@c1 **0.95x** [0.75-0.95]") in text
     assert ("forced-speculative / forced-vanilla tok/s = **3.00x** [3.00-3.00] (met vs ≥ 1.8) on "
             "code at concurrency 1, **0.60x** [0.60-0.60] (met vs ≤ 0.9) at mixed@c64") in text
     assert "routed goodput / best at equal budget = **1.25x** [1.25-1.25] (met vs ≥ 0.95, " \
@@ -226,6 +235,30 @@ def test_report_states_each_target(tmp_path):
     assert "Within ±15%: 1 of 1 cells." in long
     for png in ("throughput.png", "tpot_p99.png", "speedup_by_task.png"):
         assert (tmp_path / png).stat().st_size > 1000
+    # `python -m bench.report DIR` rewrites the same report from the folder's results.json
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    written = (tmp_path / "report.md").read_text()
+    (tmp_path / "report.md").unlink()
+    report_main([str(tmp_path)])
+    assert (tmp_path / "report.md").read_text() == written
+
+
+def test_crossover_band_is_where_speculation_stops_beating_vanilla_at_equal_budget():
+    def row(v, s):
+        return {"vanilla-x2": [{"output_tok_s": v}], "speculative-draft_model-x2":
+                [{"output_tok_s": s}], "speculative-ngram-x2": [{"output_tok_s": s / 2}]}
+    cells = {"mixed@c1": row(10, 30), "mixed@c4": row(40, 50), "mixed@c16": row(100, 90),
+             "mixed@c64": row(200, 300)}
+    sweep = [(1, "mixed@c1"), (4, "mixed@c4"), (16, "mixed@c16"), (64, "mixed@c64")]
+    assert crossover(cells, sweep, 2) == [(4, "mixed@c4"), (16, "mixed@c16")]
+    assert crossover({k: row(10, 30) for k in cells}, sweep, 2) == []
+    assert crossover(cells, sweep, 4) == []  # no x4 systems ran
+
+
+def test_report_rerenders_from_a_results_folder(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        report_main([str(tmp_path)])
+    assert "dir: " in capsys.readouterr().err
 
 
 def test_predicted_s_is_read_at_the_tasks_temperature_and_nearest_batch():
