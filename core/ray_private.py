@@ -39,6 +39,9 @@ overrides or calls (listed in `INGRESS_HOOKS`, checked by the same test): `_proc
 
 - `Batcher`: `ray.llm._internal.serve.utils.batcher.Batcher(generator, interval_ms)`, whose
   `stream()` yields lists of what `generator` made in each interval (deployments/streaming.py).
+- `broadcast`: `ray.llm._internal.serve.utils.broadcast.broadcast(handle, method_name)`, which
+  calls a method on every running replica of a deployment and returns their answers (blocking;
+  what Ray Serve LLM's dev ingress uses for `POST /reset_prefix_cache`; router/admin.py).
 
 Private methods of the public `ray.serve.llm.deployment.LLMServer` that deployments/pools.py
 overrides or calls (`LLM_SERVER_HOOKS`): `_batch_output_stream(generator)` (a streamed response's
@@ -64,6 +67,7 @@ _SYMBOLS = {  # name here -> (module, name there)
     "get_global_client": ("ray.serve.context", "_get_global_client"),
     "LongPollClient": ("ray.serve._private.long_poll", "LongPollClient"),
     "Batcher": ("ray.llm._internal.serve.utils.batcher", "Batcher"),
+    "broadcast": ("ray.llm._internal.serve.utils.broadcast", "broadcast"),
 }
 # Serve's handle runs this coroutine per replica before sending it a request.
 QUEUE_LEN_PROBE = "RunningReplica.get_queue_len"

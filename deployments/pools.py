@@ -273,6 +273,24 @@ class PoolServer(LLMServer):
         client = getattr(self.engine, "_engine_client", None)
         return client.get_num_unfinished_requests() if client is not None else 0
 
+    async def reset_prefix_cache(self) -> bool:
+        """Drops the engine's KV prefix cache (vLLM `AsyncLLM.reset_prefix_cache`); what
+        `POST /admin/reset_prefix_cache` broadcasts to every replica (router/admin.py).
+
+        Returns:
+            True when the cache was dropped; False when vLLM refused because a request still
+            holds blocks (it resets only an idle cache; running requests are left alone), or
+            before the engine is up. `LLMServer.reset_prefix_cache` (ray 2.60) drops vLLM's
+            answer; this keeps it.
+        """
+        client = getattr(self.engine, "_engine_client", None)
+        if client is None:
+            return False
+        reset = bool(await client.reset_prefix_cache())
+        logger.info("%s replica %s prefix cache %s", self._pool, self._replica_id,
+                    "reset" if reset else "NOT reset: a request still holds blocks")
+        return reset
+
     async def __del__(self) -> None:
         """Writes the rows capture still holds, stops the stats push and the vLLM engine, its
         child processes included.

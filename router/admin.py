@@ -1,11 +1,13 @@
 """The ingress's /admin/* endpoints: the runtime pin (`GET`/`PUT /admin/policy`), the profiled
 speedup model (`GET /admin/speedup`), what the autoscaling policy decides from
-(`GET /admin/autoscaling`) and the speculators' live acceptance (`GET /admin/speculators`). Only
-admin keys reach them when `server.admin_api_keys_env` is set (router/auth.py).
+(`GET /admin/autoscaling`), the speculators' live acceptance (`GET /admin/speculators`) and
+every engine's prefix cache dropped (`POST /admin/reset_prefix_cache`). Only admin keys reach them
+when `server.admin_api_keys_env` is set (router/auth.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -15,10 +17,12 @@ from fastapi import Request
 from starlette.responses import JSONResponse, Response
 
 from core import SpecserveConfig, TaskType
+from core import ray_private
 from router.decider import RouteDecider
 from router.errors import error_response
 
 logger = logging.getLogger("specserve.router")
+RESET_TIMEOUT_S = 60.0  # POST /admin/reset_prefix_cache: per pool, every replica's answer
 
 
 class AdminEndpoints:
@@ -28,6 +32,34 @@ class AdminEndpoints:
     _decider: RouteDecider
     _cfg: SpecserveConfig
     _generation: str
+    _handles: dict  # pool -> its DeploymentHandle
+
+    async def reset_prefix_cache(self) -> Response:
+        """Drops the KV prefix cache of every replica of every pool (vLLM's
+        `reset_prefix_cache`; Ray Serve LLM's dev ingress and vLLM's dev mode serve the same as
+        `POST /reset_prefix_cache`), so that a benchmark cell does not reuse the prompts an
+        earlier cell left cached: `bench.run` calls it before every cell.
+
+        Returns 200 `{"pools": {pool: {"replicas": n, "reset": n}}}` when every live replica
+        dropped its cache; 409 (OpenAI error JSON) when one refused because a request still held
+        KV blocks (vLLM resets only an idle cache; the requests are not touched: retry when
+        idle); 503 when a pool's replicas did not answer within `RESET_TIMEOUT_S`."""
+        out = {}
+        for pool, handle in self._handles.items():
+            try:  # broadcast blocks (ray.get): off the event loop
+                answers = await asyncio.wait_for(asyncio.to_thread(
+                    ray_private.broadcast, handle, "reset_prefix_cache"), RESET_TIMEOUT_S)
+            except Exception as e:  # a dead replica's error, or none answering in time
+                return error_response(503, f"{pool} pool: its replicas did not reset their "
+                                      f"prefix cache ({type(e).__name__}: {e})")
+            out[pool] = {"replicas": len(answers), "reset": sum(bool(a) for a in answers)}
+        logger.info(json.dumps({"event": "reset_prefix_cache", "pools": out}))
+        busy = [p for p, r in out.items() if r["reset"] < r["replicas"]]
+        if busy:
+            return error_response(409, f"{' and '.join(busy)} pool: a replica holds running "
+                                  "requests, and vLLM resets only an idle prefix cache; retry "
+                                  "when idle (the other replicas were reset)")
+        return JSONResponse({"pools": out})
 
     async def get_policy(self) -> dict:
         """The pin in force and where it comes from (runtime or config)."""

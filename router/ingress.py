@@ -102,6 +102,7 @@ class SpecserveIngress(AdminEndpoints, OpenAiIngress):
         for field in ("api_keys_env", "admin_api_keys_env"):  # refuse to start without the keys
             if getattr(self._cfg.server, field):
                 ApiKeys.from_env(getattr(self._cfg.server, field), f"server.{field}")
+        # also what POST /admin/reset_prefix_cache broadcasts through (router/admin.py)
         self._handles = {pool: h.options(stream=True) for pool, h in pools.items()}
         use_serve_log_handlers()
         ctx = serve.get_replica_context()
@@ -287,4 +288,5 @@ ENDPOINTS = {
     "get_speedup": lambda app: app.get("/admin/speedup"),
     "get_autoscaling": lambda app: app.get("/admin/autoscaling"),
     "get_speculators": lambda app: app.get("/admin/speculators"),
+    "reset_prefix_cache": lambda app: app.post("/admin/reset_prefix_cache"),
 }

@@ -86,6 +86,34 @@ def test_each_pool_measured_its_context_cost_and_the_curve_prices_a_context(clie
         assert r.status_code == 400 and r.json()["error"]["param"] == "context", r.text
 
 
+def test_reset_prefix_cache_drops_every_engines_cache_but_not_a_running_request(client):
+    """POST /admin/reset_prefix_cache asks every replica's vLLM engine to drop its prefix cache
+    (`bench.run` calls it before each cell): 200 with every replica reset when idle; while a
+    request holds KV blocks vLLM refuses, the answer is a 409 naming that pool, and the request
+    runs to its end untouched."""
+    assert until(lambda: client.post("/admin/reset_prefix_cache").status_code == 200, 30, 0.5)
+    r = client.post("/admin/reset_prefix_cache")
+    assert r.status_code == 200, r.text
+    pools = r.json()["pools"]
+    assert set(pools) == {"vanilla", "speculative"}, pools
+    for pool, answer in pools.items():
+        assert answer["replicas"] >= 1 and answer["reset"] == answer["replicas"], (pool, answer)
+    body = {"model": MODEL, "prompt": PROSE, "max_tokens": 300, "temperature": 0,
+            "ignore_eos": True, "route": "vanilla", "stream": True}
+    with client.stream("POST", "/v1/completions", json=body) as s:
+        assert s.status_code == 200
+        lines = s.iter_lines()
+        first = next(line for line in lines if line.startswith("data: "))
+        busy = client.post("/admin/reset_prefix_cache")
+        rest = list(lines)
+    assert json.loads(first[6:])["choices"], first
+    assert busy.status_code == 409, busy.text
+    error = busy.json()["error"]
+    assert error["code"] == 409 and error["message"].startswith("vanilla pool"), error
+    assert rest[-1] == "data: [DONE]", rest[-3:]
+    assert until(lambda: client.post("/admin/reset_prefix_cache").status_code == 200, 30, 0.5)
+
+
 def test_auto_decisions_explain_themselves(client):
     # both pools profile their step times at start; the router folds the StatsBoard's view in
     # every 0.5 s, so a request sent the moment the last pool came up may not see it yet

@@ -396,3 +396,35 @@ def test_the_long_cells_default_context_leaves_room_for_the_longest_output():
 
     assert long_prompt_default(1024) == 1024 - 192 - 64
     assert long_prompt_default(32768) == 2048
+
+
+def test_each_cell_first_drops_the_prefix_caches_retrying_while_a_replica_is_busy(monkeypatch):
+    import asyncio
+
+    import httpx
+
+    from bench import serve_client
+    answers = iter([409, 409, 200])
+    posts = []
+
+    def handler(request):
+        posts.append(request.url.path)
+        status = next(answers)
+        return httpx.Response(status, json={"pools": {"vanilla": {"replicas": 1, "reset": 1}}}
+                              if status == 200 else {"error": {"code": status}})
+
+    async def no_wait(_):
+        return None
+    monkeypatch.setattr(serve_client.asyncio, "sleep", no_wait)
+
+    async def reset(transport, tries=10):
+        async with httpx.AsyncClient(base_url="http://x", transport=transport) as client:
+            return await serve_client.reset_prefix_caches(client, tries)
+    got = asyncio.run(reset(httpx.MockTransport(handler)))
+    assert got["pools"]["vanilla"]["reset"] == 1
+    assert posts == ["/admin/reset_prefix_cache"] * 3
+    with pytest.raises(RuntimeError, match="404"):  # an app without the endpoint: no silent run
+        asyncio.run(reset(httpx.MockTransport(lambda r: httpx.Response(404, text="no"))))
+    answers = iter([409] * 3)
+    with pytest.raises(RuntimeError, match="409"):
+        asyncio.run(reset(httpx.MockTransport(handler), tries=3))

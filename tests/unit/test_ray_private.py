@@ -101,3 +101,8 @@ def test_the_llm_server_hooks_the_pools_override_exist():
     # the streamed path goes through it (deployments/streaming.py replaces it)
     assert "self._batch_output_stream(" in inspect.getsource(LLMServer._run_request)
     assert list(inspect.signature(ray_private.Batcher).parameters) == ["generator", "interval_ms"]
+    # POST /admin/reset_prefix_cache: broadcast(handle, method_name) to every replica, which
+    # PoolServer.reset_prefix_cache answers (LLMServer has one that drops vLLM's answer)
+    assert list(inspect.signature(ray_private.broadcast).parameters)[:2] == ["handle",
+                                                                            "method_name"]
+    assert callable(getattr(LLMServer, "reset_prefix_cache", None))
