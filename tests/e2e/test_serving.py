@@ -210,6 +210,14 @@ def test_min_p_goes_vanilla_with_reason_or_is_refused_when_forced(client):
     ({"model": MODEL, "prompt": "x", "route": "fastest"}, 400, "route"),
     ({"model": MODEL}, 400, None),
     ({"model": MODEL, "messages": "not a list"}, 400, None),
+    # the request models' validation errors name their field (router/errors.py
+    # `describe_validation_error`, unit-tested on the models in tests/unit/test_errors.py)
+    ({"model": MODEL, "prompt": "x", "stop": ["a"] * 10}, 400, "stop"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stop": ["a"] * 5}, 400,
+     "stop"),
+    ({"model": MODEL, "prompt": [1, -2]}, 400, "prompt"),
+    ({"model": MODEL, "prompt": [[1, 2], [-1]]}, 400, "prompt"),
+    ({"model": MODEL, "prompt": "x", "max_tokens": "ten"}, 400, "max_tokens"),
 ])
 def test_bad_requests_get_openai_errors_and_the_server_keeps_serving(client, body, status, param):
     path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
