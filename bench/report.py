@@ -261,10 +261,12 @@ def _targets(results, cells, sweep, rates, heldout=()) -> list[str]:
     return out
 
 
-def crossover(cells: dict, sweep: list[tuple[int, str]], n: int) -> list[tuple[int, str]]:
+def crossover_band(cells: dict, sweep: list[tuple[int, str]], n: int) -> list[tuple[int, str]]:
     """The sweep's crossover band: the last level at which the best speculative-xN system made
     more output tok/s than vanilla-xN (medians) and the next level, at which none did; [] when
     the sweep has no such pair (speculation pays everywhere, nowhere, or a system is missing).
+    `bench.run.crossover` answers a different question (the largest level at which one method
+    beat vanilla, for vllm-switch's table) and cannot be shared: bench.run imports this module.
 
     Args:
         sweep: (concurrency, cell) pairs in increasing concurrency.
@@ -288,9 +290,9 @@ def crossover(cells: dict, sweep: list[tuple[int, str]], n: int) -> list[tuple[i
 def _every_level(cells, sweep, other, singles, forced, n) -> list[str]:
     """Issue 30's routing targets, one line each over the whole run: routed ≥ 1.0x the best
     single system at equal budget at every sweep level, ≥ 1.25x at some level of the crossover
-    band (`crossover`), and routed ≥ 0.95x the better of its own forced pools at every level of
-    the sweep and of `other` (held-out, long-prompt cells). A level counts as met only when its
-    every round clears the target."""
+    band (`crossover_band`), and routed ≥ 0.95x the better of its own forced pools at every
+    level of the sweep and of `other` (held-out, long-prompt cells). A level counts as met only
+    when its every round clears the target."""
     out = []
 
     def summary(levels, against, target):
@@ -303,8 +305,9 @@ def _every_level(cells, sweep, other, singles, forced, n) -> list[str]:
                 + (f"; not met: {', '.join(missed)}" if missed else ""))
     eq = summary(sweep, singles, 1.0)
     if eq:
-        out.append(f"- routed / best single system at equal budget, every sweep level (≥ 1.0): {eq}")
-    band = crossover(cells, sweep, n)
+        out.append("- routed / best single system at equal budget, every sweep level (≥ 1.0): "
+                   + eq)
+    band = crossover_band(cells, sweep, n)
     if band:
         best = max(((r[0], key) for _, key in band if (r := _ratio(cells[key], "routed", singles))),
                    key=lambda x: statistics.median(x[0]), default=None)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.report import crossover, main as report_main, write_report
+from bench.report import crossover_band, main as report_main, write_report
 from bench.summary import acceptance, percentile
 from bench.workload import MEAN_OUTPUT_TOKENS, TEMPERATURE, jobs, main, vllm_custom_rows
 
@@ -250,9 +250,9 @@ def test_crossover_band_is_where_speculation_stops_beating_vanilla_at_equal_budg
     cells = {"mixed@c1": row(10, 30), "mixed@c4": row(40, 50), "mixed@c16": row(100, 90),
              "mixed@c64": row(200, 300)}
     sweep = [(1, "mixed@c1"), (4, "mixed@c4"), (16, "mixed@c16"), (64, "mixed@c64")]
-    assert crossover(cells, sweep, 2) == [(4, "mixed@c4"), (16, "mixed@c16")]
-    assert crossover({k: row(10, 30) for k in cells}, sweep, 2) == []
-    assert crossover(cells, sweep, 4) == []  # no x4 systems ran
+    assert crossover_band(cells, sweep, 2) == [(4, "mixed@c4"), (16, "mixed@c16")]
+    assert crossover_band({k: row(10, 30) for k in cells}, sweep, 2) == []
+    assert crossover_band(cells, sweep, 4) == []  # no x4 systems ran
 
 
 def test_report_rerenders_from_a_results_folder(tmp_path, capsys):
