@@ -10,9 +10,11 @@ out: two offline vLLM engines of the config's target (its dtype and `max_model_l
 compiled as `make serve` runs them), each in its own process pinned to its own core as a served
 replica is (`VLLM_CPU_OMP_THREADS_BIND`, deployments/cores.py), run greedy code prompts at batch
 B for `--seconds` each, one engine alone, then both at once, interleaved `--repeats` times. On a
-GPU each replica reads its weights from its own HBM and both-at-once is 2.0x; here they share one
-memory bus and last-level cache, and what they make together over what one makes alone is the
-most that a second replica can add on this machine whatever the frontend costs.
+GPU each replica reads its weights from its own HBM and both-at-once is 2.0x; here the two share
+one memory bus and last-level cache, and what they make together over what one makes alone is
+the most a second replica can add on this machine, whatever the frontend costs. Measured on the
+2-core Intel Xeon of 2026-12-06 (480 MiB L3), weight-bound target: 2.01x / 1.97x / 2.02x at batch
+1 / 4 / 16 (`bench/results/2026-12-06-memory-bus/`): the bus takes nothing there.
 
 Prints, per batch, each engine's output tok/s alone and together, and `together / alone`
 (median [min-max] over the repeats; the sum of both engines' together rates over the mean of
