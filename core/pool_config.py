@@ -177,6 +177,11 @@ class PoolConfig(Strict):
         "batches, one per this many milliseconds (Ray Serve LLM's `stream_batching_interval_ms`; "
         "0: every chunk alone, more Serve hops per token); the first chunk leaves at once "
         "(deployments/streaming.py). Unset: Ray Serve LLM's default, 50 ms.")
+    step_samples: Literal["all", "decode_only"] = Field(
+        "all", description="Which engine iterations the router's step-time samples average "
+        "(core/stats.py `busy_window_samples`): `all` (a request's mean inter-token latency, "
+        "other requests' prefills in it) or `decode_only` (iterations in which no request "
+        "finished its prefill).")
     profile_max_batch: int | None = Field(
         None, ge=0, description="Each replica measures its engine's step time at batch 1, 2, 4, ... "
         "up to this at start (a few seconds on the tiny models); the router's cost model starts "

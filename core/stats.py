@@ -52,6 +52,11 @@ class EngineStats:
     # its first token (one verification or decode step of that request), engine timestamps.
     itl_count: int = 0
     itl_sum_s: float = 0.0
+    # The same over decode-only engine iterations, those in which no request finished its
+    # prefill (deployments/engine_metrics.py `PoolStatLogger.record`): another request's prefill
+    # in the step does not lengthen them.
+    decode_itl_count: int = 0
+    decode_itl_sum_s: float = 0.0
     # Latest busy-window sample of this replica for the router: seconds per decode step as a
     # request lives it, at a mean count of requests in the engine (running + waiting;
     # `busy_window_samples`); `step_sample_id` (the iteration count at its end)
@@ -101,7 +106,8 @@ class EngineStats:
         the maximum)."""
         for name in ("num_requests_running", "num_requests_waiting", "generation_tokens",
                      "prompt_tokens", "num_drafts", "num_draft_tokens", "num_accepted_tokens",
-                     "iterations", "itl_count", "itl_sum_s"):
+                     "iterations", "itl_count", "itl_sum_s", "decode_itl_count",
+                     "decode_itl_sum_s"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.kv_cache_usage = max(self.kv_cache_usage, other.kv_cache_usage)
         self.accepted_per_pos = _add_lists(self.accepted_per_pos, other.accepted_per_pos)
@@ -110,7 +116,8 @@ class EngineStats:
         self.capture_added_p99_s = max(self.capture_added_p99_s, other.capture_added_p99_s)
 
 
-def busy_window_samples(prev: EngineStats, now: EngineStats, wall_s: float
+def busy_window_samples(prev: EngineStats, now: EngineStats, wall_s: float,
+                        decode_only: bool = False
                         ) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
     """Step-time samples of one engine over a window of `wall_s` seconds between two snapshots.
 
@@ -128,16 +135,23 @@ def busy_window_samples(prev: EngineStats, now: EngineStats, wall_s: float
       not (a window's Δwall / Δsteps counts both: measured on 2 cores, it puts a speculative
       step at batch 1 at about 3x its inter-token latency, because its requests end sooner and
       leave more idle gaps). E[τ] / request_step is a request's decode token rate.
+      With `decode_only` (`PoolConfig.step_samples`: decode_only) the mean is over the outputs of
+      decode-only iterations (`decode_itl_*`), so other requests' prefills do not lengthen it
+      either; None when the window had none.
     """
     if not (prev.num_requests_running and now.num_requests_running) or wall_s <= 0:
         return None, None
     steps = now.iterations - prev.iterations
     engine_step = ((prev.num_requests_running + now.num_requests_running) / 2, wall_s / steps
                    ) if steps > 0 else None
-    outputs = now.itl_count - prev.itl_count
+    if decode_only:
+        outputs = now.decode_itl_count - prev.decode_itl_count
+        itl_s = now.decode_itl_sum_s - prev.decode_itl_sum_s
+    else:
+        outputs, itl_s = now.itl_count - prev.itl_count, now.itl_sum_s - prev.itl_sum_s
     in_engine = (prev.num_requests_running + prev.num_requests_waiting
                  + now.num_requests_running + now.num_requests_waiting) / 2
-    request_step = (in_engine, (now.itl_sum_s - prev.itl_sum_s) / outputs) if outputs > 0 else None
+    request_step = (in_engine, itl_s / outputs) if outputs > 0 else None
     return engine_step, request_step
 
 

@@ -85,6 +85,15 @@ class PoolStatLogger(RayPrometheusStatLogger):
     """vLLM's Ray stat logger with every series tagged by Serve deployment and application.
 
     Must be created inside a Serve replica (it reads `serve.get_replica_context()`).
+
+    Also keeps the inter-token latencies of decode-only iterations (`decode_itl_count`,
+    `decode_itl_sum_s`, seconds): those of engine iterations in which no request got its first
+    token. A step that also runs another request's prefill lengthens every running request's
+    inter-token latency by that prefill (a whole 768-token prompt on the weight-bound target,
+    without prefix-cache hits); the router's step-time model can leave those steps out
+    (`PoolConfig.step_samples`, `core.stats.busy_window_samples`). Chunks of a prefill that
+    does not finish in the step are not seen (vLLM reports a request's prefill when its first
+    token comes).
     """
 
     _gauge_cls = _Gauge
@@ -93,6 +102,26 @@ class PoolStatLogger(RayPrometheusStatLogger):
     _spec_decoding_cls = _SpecDecoding
     _kv_connector_cls = _KVConnector
     _perf_metrics_cls = _PerfMetrics
+    decode_itl_count: int = 0
+    decode_itl_sum_s: float = 0.0
+
+    def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx: int = 0):
+        """vLLM's `record`, then the decode-only tally (never raises from it)."""
+        super().record(scheduler_stats, iteration_stats, mm_cache_stats, engine_idx)
+        try:
+            itls = decode_only_latencies(iteration_stats)
+            self.decode_itl_count += len(itls)
+            self.decode_itl_sum_s += float(sum(itls))
+        except Exception:  # a tally must never stop the engine's output loop
+            logger.exception("decode-only inter-token latency tally failed")
+
+
+def decode_only_latencies(iteration_stats) -> list[float]:
+    """The inter-token latencies (seconds) of a vLLM `IterationStats` when no request got its
+    first token in that iteration, else [] (also for None: an iteration without stats)."""
+    if iteration_stats is None or iteration_stats.time_to_first_tokens_iter:
+        return []
+    return list(iteration_stats.inter_token_latencies_iter)
 
 
 def export_engine_metrics(engine_client) -> PoolStatLogger | None:

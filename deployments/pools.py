@@ -66,6 +66,8 @@ class PoolServer(LLMServer):
             its `tensor_parallel_size`); 0 on GPU, where Ray assigns the GPUs.
         capture: the config's `capture:` block (`CaptureConfig` as a dict); when enabled, the
             requests the router marks are recorded (deployments/capture.py).
+        step_samples: `PoolConfig.step_samples`: "all" or "decode_only", which engine
+            iterations the router's step-time samples average (`busy_window_samples`).
 
     Raises:
         NoFreeCores: every core of the node is leased by other replicas (Ray schedules a CPU
@@ -75,9 +77,11 @@ class PoolServer(LLMServer):
 
     async def __init__(self, llm_config: LLMConfig, *, pool: str, profile_max_batch: int = 0,
                        utilization_source: str = "engine", dcgm_exporter_url: str = "",
-                       cpu_cores: int = 0, capture: dict | None = None, **kwargs):
+                       cpu_cores: int = 0, capture: dict | None = None,
+                       step_samples: str = "all", **kwargs):
         use_serve_log_handlers()
         self._pool = pool
+        self._decode_only_samples = step_samples == "decode_only"
         ctx = serve.get_replica_context()
         self._replica_id = ctx.replica_id.unique_id
         self._cores = None
@@ -106,7 +110,7 @@ class PoolServer(LLMServer):
                                         fingerprint_value=self._fingerprint)
         logger.info("%s replica %s serves %s", pool, self._replica_id, self._fingerprint)
         await super().__init__(llm_config, **kwargs)
-        export_engine_metrics(getattr(self.engine, "_engine_client", None))
+        self._stat_logger = export_engine_metrics(getattr(self.engine, "_engine_client", None))
         if self._cores is not None:
             pinned = self._cores.pin_children()
             logger.info("%s replica %s owns cores %s (engine processes %s)", pool,
@@ -210,8 +214,14 @@ class PoolServer(LLMServer):
                 on_first()
 
     def engine_stats_now(self) -> EngineStats:
-        """This replica's engine stats, read from vLLM's in-process Prometheus registry."""
-        return EngineStats.from_vllm_snapshot(get_metrics_snapshot())
+        """This replica's engine stats, read from vLLM's in-process Prometheus registry, with
+        the decode-only inter-token latencies its `PoolStatLogger` tallies."""
+        stats = EngineStats.from_vllm_snapshot(get_metrics_snapshot())
+        tally = getattr(self, "_stat_logger", None)
+        if tally is not None:
+            stats.decode_itl_count, stats.decode_itl_sum_s = (tally.decode_itl_count,
+                                                              tally.decode_itl_sum_s)
+        return stats
 
     async def _push_stats(self) -> None:
         """Every `PUSH_PERIOD_S`: reports the engine stats to the StatsBoard with this window's
@@ -222,7 +232,8 @@ class PoolServer(LLMServer):
             await asyncio.sleep(PUSH_PERIOD_S)
             try:
                 now_t, stats = time.perf_counter(), self.engine_stats_now()
-                engine_step, request_step = busy_window_samples(prev, stats, now_t - prev_t)
+                engine_step, request_step = busy_window_samples(
+                    prev, stats, now_t - prev_t, decode_only=self._decode_only_samples)
                 if engine_step:
                     self._steps.observe(*engine_step)
                 if request_step:
@@ -415,6 +426,7 @@ def build_pool(name: str, model: ModelConfig, pool: PoolConfig,
     return build_llm_deployment(
         llm_config(model, pool, deployment_config), deployment_cls=PoolServer,
         bind_kwargs={"pool": name, "profile_max_batch": pool.profile_batch_limit(),
+                     "step_samples": pool.step_samples,
                      "cpu_cores": pool.tensor_parallel_size if pool.accelerator == "cpu" else 0,
                      "capture": (capture or CaptureConfig()).model_dump(mode="json"),
                      **(utilization or {})},

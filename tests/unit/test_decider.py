@@ -175,6 +175,39 @@ def test_window_samples_time_a_request_step_by_inter_token_latency():
     assert request == (1.0, pytest.approx(0.01))
 
 
+def test_decode_only_window_samples_leave_out_steps_that_ran_a_prefill():
+    from core import EngineStats, busy_window_samples
+
+    # 40 outputs over the window, 4.0 s of inter-token latency; 30 of them in decode-only
+    # iterations, 1.5 s: the other 10 waited 2.5 s behind prefills.
+    prev = EngineStats(num_requests_running=4, iterations=100, itl_count=500, itl_sum_s=50.0,
+                       decode_itl_count=400, decode_itl_sum_s=20.0)
+    now = EngineStats(num_requests_running=4, iterations=125, itl_count=540, itl_sum_s=54.0,
+                      decode_itl_count=430, decode_itl_sum_s=21.5)
+    _, every = busy_window_samples(prev, now, wall_s=2.0)
+    _, decode = busy_window_samples(prev, now, wall_s=2.0, decode_only=True)
+    assert every == (4.0, pytest.approx(0.1)) and decode == (4.0, pytest.approx(0.05))
+    # a window whose every iteration ran a prefill has no decode-only sample
+    now.decode_itl_count, now.decode_itl_sum_s = 400, 20.0
+    assert busy_window_samples(prev, now, wall_s=2.0, decode_only=True)[1] is None
+    total = EngineStats(); total.add(prev); total.add(now)
+    assert (total.decode_itl_count, total.decode_itl_sum_s) == (800, 40.0)
+
+
+def test_decode_only_latencies_are_those_of_iterations_without_a_first_token():
+    from vllm.v1.metrics.stats import IterationStats
+
+    from deployments.engine_metrics import decode_only_latencies
+
+    decode = IterationStats()
+    decode.inter_token_latencies_iter = [0.04, 0.05]
+    prefill = IterationStats()
+    prefill.inter_token_latencies_iter = [0.3, 0.3]
+    prefill.time_to_first_tokens_iter = [0.35]
+    assert decode_only_latencies(decode) == [0.04, 0.05]
+    assert decode_only_latencies(prefill) == [] and decode_only_latencies(None) == []
+
+
 @pytest.mark.parametrize("prev,now", [((0, 0, 0, 0, 0.0), (4, 0, 10, 40, 0.4)),
                                       ((4, 0, 10, 40, 0.4), (0, 0, 20, 80, 0.8)),
                                       ((4, 0, 10, 40, 0.4), (4, 0, 10, 40, 0.4))])
