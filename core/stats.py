@@ -135,9 +135,9 @@ def busy_window_samples(prev: EngineStats, now: EngineStats, wall_s: float,
       not (a window's Δwall / Δsteps counts both: measured on 2 cores, it puts a speculative
       step at batch 1 at about 3x its inter-token latency, because its requests end sooner and
       leave more idle gaps). E[τ] / request_step is a request's decode token rate.
-      With `decode_only` (`PoolConfig.step_samples`: decode_only) the mean is over the outputs of
-      decode-only iterations (`decode_itl_*`), so other requests' prefills do not lengthen it
-      either; None when the window had none.
+      With `decode_only` (`PoolConfig.step_samples`, its default) the mean is over the outputs
+      of decode-only iterations (`decode_itl_*`), so other requests' prefills do not lengthen
+      it either; None when the window had none.
     """
     if not (prev.num_requests_running and now.num_requests_running) or wall_s <= 0:
         return None, None

@@ -78,7 +78,7 @@ class PoolServer(LLMServer):
     async def __init__(self, llm_config: LLMConfig, *, pool: str, profile_max_batch: int = 0,
                        utilization_source: str = "engine", dcgm_exporter_url: str = "",
                        cpu_cores: int = 0, capture: dict | None = None,
-                       step_samples: str = "all", **kwargs):
+                       step_samples: str = "decode_only", **kwargs):
         use_serve_log_handlers()
         self._pool = pool
         self._decode_only_samples = step_samples == "decode_only"
