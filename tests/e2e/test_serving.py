@@ -218,6 +218,8 @@ def test_min_p_goes_vanilla_with_reason_or_is_refused_when_forced(client):
     ({"model": MODEL, "prompt": [1, -2]}, 400, "prompt"),
     ({"model": MODEL, "prompt": [[1, 2], [-1]]}, 400, "prompt"),
     ({"model": MODEL, "prompt": "x", "max_tokens": "ten"}, 400, "max_tokens"),
+    ({"model": MODEL, "prompt": 123}, 400, "prompt"),
+    ({"model": MODEL, "prompt": "x", "stop": 5}, 400, "stop"),
 ])
 def test_bad_requests_get_openai_errors_and_the_server_keeps_serving(client, body, status, param):
     path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
