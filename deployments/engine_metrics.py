@@ -121,7 +121,7 @@ def decode_only_latencies(iteration_stats) -> list[float]:
     first token in that iteration, else [] (also for None: an iteration without stats)."""
     if iteration_stats is None or iteration_stats.time_to_first_tokens_iter:
         return []
-    return list(iteration_stats.inter_token_latencies_iter)
+    return iteration_stats.inter_token_latencies_iter  # read, not kept: no copy per step
 
 
 def export_engine_metrics(engine_client) -> PoolStatLogger | None:

@@ -111,6 +111,8 @@ class PoolServer(LLMServer):
         logger.info("%s replica %s serves %s", pool, self._replica_id, self._fingerprint)
         await super().__init__(llm_config, **kwargs)
         self._stat_logger = export_engine_metrics(getattr(self.engine, "_engine_client", None))
+        # no stat logger (engine stats off): no decode-only tally, the samples average every step
+        self._decode_only_samples &= self._stat_logger is not None
         if self._cores is not None:
             pinned = self._cores.pin_children()
             logger.info("%s replica %s owns cores %s (engine processes %s)", pool,
