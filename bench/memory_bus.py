@@ -1,7 +1,7 @@
 """`python -m bench.memory_bus`: what two engines on their own cores make together, with no
 frontend: the share of the second core that the memory bus leaves.
 
-    python -m bench.memory_bus [--config cluster/examples/wide.yaml] [--batches 1 4 16]
+    python -m bench.memory_bus [--config cluster/examples/wide.yaml] [--batches 1 4 8 16]
                                [--seconds 8] [--repeats 3] [--json FILE]
 
 The served benchmark's machine cell (bench/run.py) puts two pools' engines and the frontend on two
@@ -18,7 +18,12 @@ the most a second replica can add on this machine, whatever the frontend costs. 
 
 Prints, per batch, each engine's output tok/s alone and together, and `together / alone`
 (median [min-max] over the repeats; the sum of both engines' together rates over the mean of
-their alone rates).
+their alone rates). Where the batches hold both B and B/2 it also prints the **split ceiling**
+at B: both engines at once at B/2 each over one engine alone at B (`split_over_alone`). That is
+the served machine cell's own comparison (bench/cells.py: `--machine-concurrency` streams on one
+pool, or half on each pool) without a frontend and with the second pool vanilla too: an engine
+whose step time grows with the batch makes more than half its batch-B rate at B/2, so splitting
+gains less than 2x even with a core and a memory bus each.
 """
 
 from __future__ import annotations
@@ -60,7 +65,7 @@ def worker(model: str, dtype: str, max_model_len: int) -> None:
 
     llm = LLM(model=model, dtype=dtype, max_model_len=max_model_len, seed=0, max_num_seqs=64)
     sp = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
-    for b in (1, 4, 16, 64):  # compile the shapes before any timing
+    for b in (1, 2, 4, 8, 16, 32, 64):  # compile the shapes before any timing
         llm.generate([PROMPTS[i % len(PROMPTS)] for i in range(b)], sp, use_tqdm=False)
     print("ready", flush=True)
     for line in sys.stdin:
@@ -123,6 +128,25 @@ def together_over_alone(alone: list[float], together: list[float]) -> float:
     return sum(together) / statistics.fmean(alone)
 
 
+def split_over_alone(alone_at_b: list[float], together_at_half: list[float]) -> float:
+    """The split ceiling at batch B: both engines' summed rate at once, each at B/2, over one
+    engine's mean rate alone at B (2.0 only where the rate does not grow with the batch).
+
+    Args:
+        alone_at_b: each engine's tok/s alone at batch B (one per engine).
+        together_at_half: each engine's tok/s at batch B/2 while both ran (one per engine).
+    """
+    return sum(together_at_half) / statistics.fmean(alone_at_b)
+
+
+def split_ceilings(results: dict[int, list[dict]]) -> dict[int, list[float]]:
+    """{B: split_over_alone per repeat} for every B of `results` whose B/2 is also there (the
+    same repeat's rows paired)."""
+    return {b: [split_over_alone(full["alone"], half["together"])
+                for full, half in zip(rows, results[b // 2])]
+            for b, rows in sorted(results.items()) if b % 2 == 0 and b // 2 in results}
+
+
 def measure(engines: list[Engine], batches: list[int], seconds: float, repeats: int,
             log=print) -> dict[int, list[dict]]:
     """{batch: one entry per repeat: {"alone": [tok/s per engine], "together": [...],
@@ -147,24 +171,35 @@ def measure(engines: list[Engine], batches: list[int], seconds: float, repeats: 
 
 def table(results: dict[int, list[dict]]) -> str:
     """Markdown: per batch, alone and together tok/s (summed over engines for together) and the
-    ratio, median [min-max] over the repeats."""
-    def spread(xs: list[float], fmt: str = "{:.0f}") -> str:
-        return (f"{fmt.format(statistics.median(xs))} "
-                f"[{fmt.format(min(xs))}-{fmt.format(max(xs))}]")
+    ratio, median [min-max] over the repeats; then the split ceilings (`split_ceilings`), if
+    any."""
     lines = ["| batch | one engine alone, tok/s | both at once, tok/s (sum) | together / alone |",
              "|---|---|---|---|"]
     for b, rows in sorted(results.items()):
         lines.append(f"| {b} | {spread([statistics.fmean(r['alone']) for r in rows])} | "
                      f"{spread([sum(r['together']) for r in rows])} | "
                      f"{spread([r['ratio'] for r in rows], '{:.2f}')}x |")
+    splits = split_ceilings(results)
+    if splits:
+        lines += ["", "| streams B | one engine at B, tok/s | both at once at B/2 each, tok/s (sum) "
+                  "| split ceiling |", "|---|---|---|---|"]
+        for b, ratios in splits.items():
+            lines.append(f"| {b} | {spread([statistics.fmean(r['alone']) for r in results[b]])} | "
+                         f"{spread([sum(r['together']) for r in results[b // 2]])} | "
+                         f"{spread(ratios, '{:.2f}')}x |")
     return "\n".join(lines)
+
+
+def spread(xs: list[float], fmt: str = "{:.0f}") -> str:
+    """`median [min-max]` of `xs`, each formatted with `fmt`."""
+    return f"{fmt.format(statistics.median(xs))} [{fmt.format(min(xs))}-{fmt.format(max(xs))}]"
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.memory_bus", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", type=Path, default=Path("cluster/examples/wide.yaml"))
-    p.add_argument("--batches", type=int, nargs="+", default=[1, 4, 16])
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 4, 8, 16])
     p.add_argument("--seconds", type=float, default=8.0)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--json", type=Path)
@@ -192,7 +227,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{model} ({dtype}), {args.seconds:g} s per cell, {args.repeats} repeats\n")
     print(table(results))
     if args.json:
-        args.json.write_text(json.dumps({str(b): rows for b, rows in results.items()}, indent=1))
+        args.json.write_text(json.dumps(
+            {**{str(b): rows for b, rows in results.items()},
+             "split_over_alone": {str(b): r for b, r in split_ceilings(results).items()}},
+            indent=1))
     return 0
 
 

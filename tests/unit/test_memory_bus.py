@@ -47,3 +47,17 @@ def test_worker_env_pins_vllm_to_the_core_and_keeps_the_engine_in_process():
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "1"
     assert env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
     assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+
+
+def test_split_ceiling_pairs_one_engine_at_b_with_both_at_half_b_in_the_same_repeat():
+    # an engine whose rate grows with the batch: 60 tok/s at 8, 100 at 16 (alone or together)
+    results = {8: [{"alone": [60.0, 60.0], "together": [60.0, 60.0], "ratio": 2.0},
+                   {"alone": [50.0, 50.0], "together": [40.0, 40.0], "ratio": 1.6}],
+               16: [{"alone": [100.0, 100.0], "together": [100.0, 100.0], "ratio": 2.0},
+                    {"alone": [90.0, 110.0], "together": [100.0, 100.0], "ratio": 2.0}],
+               1: [{"alone": [9.0, 9.0], "together": [9.0, 9.0], "ratio": 2.0}] * 2}
+    splits = memory_bus.split_ceilings(results)
+    assert set(splits) == {16}  # 8's half (4) and 1's are not measured
+    assert splits[16] == [pytest.approx(1.2), pytest.approx(0.8)]
+    md = memory_bus.table(results)
+    assert "| 16 | 100 [100-100] | 100 [80-120] | 1.00 [0.80-1.20]x |" in md
