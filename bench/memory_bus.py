@@ -14,7 +14,10 @@ GPU each replica reads its weights from its own HBM and both-at-once is 2.0x; he
 one memory bus and last-level cache, and what they make together over what one makes alone is
 the most a second replica can add on this machine, whatever the frontend costs. Measured on the
 2-core Intel Xeon of 2026-12-06 (480 MiB L3), weight-bound target: 2.01x / 1.97x / 2.02x at batch
-1 / 4 / 16 (`bench/results/2026-12-06-memory-bus/`): the bus takes nothing there.
+1 / 4 / 16 (`bench/results/2026-12-06-memory-bus/`): the bus takes nothing there. The split
+ceiling (below) on the same machine: 1.28x / 1.35x / 1.53x at 8 / 16 / 32 streams on the
+weight-bound target, 1.07x / 1.20x / 1.45x on the tiny default
+(`bench/results/2026-12-06-memory-bus-split/`).
 
 Prints, per batch, each engine's output tok/s alone and together, and `together / alone`
 (median [min-max] over the repeats; the sum of both engines' together rates over the mean of
