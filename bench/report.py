@@ -228,8 +228,12 @@ def _targets(results, cells, sweep, rates, heldout=()) -> list[str]:
         if key.startswith("machine@") and {"one-pool", "both-pools"} <= set(row):
             r = [b["output_tok_s"] / a["output_tok_s"]
                  for a, b in zip(row["one-pool"], row["both-pools"])]
+            streams = key.split("@c")[-1]
             out.append(f"- {key}: machine tok/s with both pools busy / one pool alone = "
-                       f"{_target(r, 1.5)})")
+                       f"{_target(r, 1.5)}); where the cores went: the table 'Cores busy per "
+                       f"part of the stack'; what two engines make with no frontend, "
+                       f"{streams} streams on one or half on each: `python -m bench.memory_bus "
+                       f"--batches {max(1, int(streams) // 2)} {streams}` (its split ceiling)")
     for _, key in [*sweep, *heldout]:
         own = _ratio(cells[key], "routed", forced)
         eq = _ratio(cells[key], "routed", singles)

@@ -177,6 +177,8 @@ def test_report_states_each_target(tmp_path):
     write_report(json.loads(json.dumps(results)), tmp_path)
     text = (tmp_path / "report.md").read_text()
     assert "both pools busy / one pool alone = **1.80x** [1.80-1.80] (met vs ≥ 1.5)" in text
+    assert "no frontend, 16 streams on one or half on each: `python -m bench.memory_bus " \
+        "--batches 8 16`" in text
     assert ("mixed@c1: routed / better own pool = **0.95x** [0.75-0.95] (open vs ≥ 0.95, "
             "forced-speculative)") in text
     assert "mixed@c16: routed / better own pool = **2.31x** [2.31-2.31] (met vs ≥ 0.95, " \
