@@ -176,11 +176,15 @@ class PoolAutoscaler:
                      "wanted": d.wanted, "running": v.replicas, "ongoing": round(v.ongoing, 2),
                      "waiting": v.waiting, "memory_bound": v.memory_bound, "gain": d.gain}
             self._events.append(event)
-            logger.info("specserve autoscaling: %s %s %d -> %d (wanted %d, reason %s%s; "
-                        "running %d, in flight %.1f, waiting %s, memory-bound %s; predicted %s)",
-                        pool, d.action, d.previous, d.replicas, d.wanted, d.reason,
-                        ", pending delay" if d.pending else "", v.replicas, v.ongoing,
-                        v.waiting, v.memory_bound, d.gain)
+            # A hold that only changes its reason (an idle pool between `drained` and `steady`)
+            # is kept in the events and the counter, not printed: at INFO every 2-10 s it
+            # scrolled `specserve serve`'s ready message and curl away (a new user's trial).
+            log = logger.info if d.replicas != d.previous or d.pending else logger.debug
+            log("specserve autoscaling: %s %s %d -> %d (wanted %d, reason %s%s; "
+                "running %d, in flight %.1f, waiting %s, memory-bound %s; predicted %s)",
+                pool, d.action, d.previous, d.replicas, d.wanted, d.reason,
+                ", pending delay" if d.pending else "", v.replicas, v.ongoing,
+                v.waiting, v.memory_bound, d.gain)
             if ray.is_initialized():  # inside Serve's controller; not in pure tests
                 self._count(pool, d)
         if ray.is_initialized():

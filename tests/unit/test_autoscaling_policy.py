@@ -204,3 +204,26 @@ def test_a_pool_serving_short_requests_is_not_drained():
     idle = PoolView(replicas=1, target=1, ongoing=0.0, waiting=0.0, memory_bound=0.5, busy=0.0)
     d, _ = decide({"vanilla": idle}, cfg, {}, now=0.0)
     assert (d["vanilla"].wanted, d["vanilla"].reason) == (0, "drained")
+
+
+def test_the_log_prints_changes_and_pending_ones_not_a_hold_whose_reason_flips(caplog):
+    from autoscaling.decision import ScalingDecision
+    policy = PoolAutoscaler(CFG.model_dump(mode="json"), {"vanilla": 1, "speculative": 1})
+    views = {"vanilla": view(1)}
+    caplog.set_level("DEBUG", logger="ray.serve")
+
+    def record(d):
+        caplog.clear()
+        policy._record({"vanilla": d}, views, {})
+        return [(r.levelname, r.getMessage().split(" (")[0]) for r in caplog.records]
+
+    assert record(ScalingDecision(1, 1, "drained", 1)) == [
+        ("DEBUG", "specserve autoscaling: vanilla hold 1 -> 1")]
+    assert record(ScalingDecision(1, 1, "steady", 1)) == [
+        ("DEBUG", "specserve autoscaling: vanilla hold 1 -> 1")]
+    assert record(ScalingDecision(1, 2, "demand", 1, pending=True)) == [
+        ("INFO", "specserve autoscaling: vanilla hold 1 -> 1")]
+    assert record(ScalingDecision(2, 2, "demand", 1)) == [
+        ("INFO", "specserve autoscaling: vanilla up 1 -> 2")]
+    assert record(ScalingDecision(2, 2, "demand", 1)) == []  # the same decision again
+    assert [e["reason"] for e in policy._events] == ["drained", "steady", "demand", "demand"]
