@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cached: {result.out} already holds this build (digest {result.report['digest'][:12]}); "
               "--force rebuilds")
     print(summary(result.report))
-    print(f"wrote {result.out}/{{target,draft,{REPORT_NAME},{MANIFEST_NAME}}}")
+    if not result.cached:  # a cached build wrote nothing
+        print(f"wrote {result.out}/{{target,draft,{REPORT_NAME},{MANIFEST_NAME}}}")
     return 0
 
 
