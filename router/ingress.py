@@ -16,6 +16,7 @@ import contextvars
 import functools
 import json
 import logging
+import time
 import uuid
 
 from fastapi import FastAPI, Request
@@ -108,6 +109,7 @@ class SpecserveIngress(AdminEndpoints, OpenAiIngress):
         ctx = serve.get_replica_context()
         self._board = get_board(ctx.app_name)
         self._generation = generation
+        self._created = int(time.time())  # /v1/models' `created`
         scaling = self._cfg.autoscaling
         self._health = PoolHealth(scales_to_zero=[
             p for p in pools if scaling.enabled and scaling.pool(p).min_replicas == 0])
@@ -253,6 +255,25 @@ class SpecserveIngress(AdminEndpoints, OpenAiIngress):
     async def metrics(self) -> Response:
         """Prometheus text: decisions, pool pressure and spec-decode counters."""
         return Response(self._metrics.render(), media_type=CONTENT_TYPE)
+
+    async def models(self) -> Response:
+        """OpenAI's `GET /v1/models`: `{"object": "list", "data": [model]}`, each model OpenAI's
+        Model object (`id`, `object: "model"`, `created` in Unix seconds, `owned_by`) plus Ray
+        Serve LLM's `permission` and `metadata` (`max_model_len`, `pools`). Ray Serve LLM's card
+        has no `created`, which OpenAI's schema requires (clients with typed models refuse a
+        listing without it): it is this application's start time."""
+        listing = await super().models()
+        return JSONResponse({"object": "list", "data": [self._model_json(c) for c in listing.data]})
+
+    async def model_data(self, model: str) -> Response:
+        """OpenAI's `GET /v1/models/{model}`: one model as in `models`; 404 (OpenAI error JSON)
+        for a name this application does not serve."""
+        return JSONResponse(self._model_json(await super().model_data(model)))
+
+    def _model_json(self, card: ModelCard) -> dict:
+        return {"id": card.id, "object": card.object, "created": self._created,
+                "owned_by": card.owned_by, "permission": card.permission,
+                "metadata": card.metadata}
 
     async def health(self) -> Response:
         """Readiness, and each pool's state: `{"status", "pools": {pool: {"replicas",

@@ -285,8 +285,17 @@ def test_health_says_ok_only_once_every_pools_engines_are_up(client, serve_confi
     assert all(v["replicas"] >= v["starting_replicas"] for v in pools.values()), pools
 
 
-def test_models_lists_the_served_model(client):
-    assert [m["id"] for m in client.get("/v1/models").json()["data"]] == [MODEL]
+def test_models_lists_the_served_model_as_openai_model_objects(client):
+    listing = client.get("/v1/models").json()
+    assert listing["object"] == "list" and [m["id"] for m in listing["data"]] == [MODEL]
+    model = listing["data"][0]
+    # OpenAI's Model object: id, object "model", created (Unix seconds), owned_by
+    assert (model["object"], model["owned_by"]) == ("model", "specserve")
+    assert isinstance(model["created"], int) and 0 < time.time() - model["created"] < 86400
+    assert model["metadata"]["pools"] == ["speculative", "vanilla"]
+    assert client.get(f"/v1/models/{MODEL}").json() == model
+    missing = client.get("/v1/models/no-such-model")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == 404
 
 
 def test_metrics_show_acceptance_on_the_speculative_pool(client):
