@@ -264,7 +264,14 @@ class PoolServer(LLMServer):
         busy = stats.generation_tokens != self._recorded_outputs
         self._recorded_outputs = stats.generation_tokens
         out = {WAITING_METRIC: float(stats.num_requests_waiting), BUSY_METRIC: float(busy)}
-        reading = await asyncio.to_thread(self._utilization.read)  # DCGM reads over HTTP
+        source = self._utilization
+        if not source.blocking:
+            reading = source.read()
+        else:  # DCGM reads over HTTP
+            try:
+                reading = await asyncio.to_thread(source.read)
+            except RuntimeError:  # the loop's executor is shut down: the replica is stopping
+                reading = None
         if reading is not None:
             out[MEMORY_BOUND_METRIC] = reading.memory_bound
         return out

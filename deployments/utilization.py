@@ -42,7 +42,10 @@ class Utilization:
 
 
 class UtilizationSource(Protocol):
-    """Reads one replica's memory-bound utilization now; None when unknown."""
+    """Reads one replica's memory-bound utilization now; None when unknown. `blocking`: `read`
+    waits on I/O (run it off the event loop)."""
+
+    blocking: bool
 
     def read(self) -> Utilization | None: ...
 
@@ -68,6 +71,8 @@ class EngineUtilization:
         model: the replica's step-time model (profile at start, online samples after).
         running_batch: returns the engine's running batch now (vLLM num_requests_running).
     """
+
+    blocking = False  # arithmetic on the replica's own step-time model
 
     def __init__(self, model: StepTimeModel, running_batch: Callable[[], float]):
         self._model = model
@@ -110,6 +115,8 @@ class DcgmUtilization:
         gpus: the replica's tensor-parallel GPU indices; None: all GPUs the exporter lists.
         timeout_s: HTTP timeout per read.
     """
+
+    blocking = True  # an HTTP read of the exporter
 
     def __init__(self, url: str, gpus: list[str] | None = None, timeout_s: float = 1.0):
         self._url = url

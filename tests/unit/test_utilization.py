@@ -65,3 +65,9 @@ def test_dcgm_source_unknown_when_exporter_is_down():
     with FakeDcgmExporter({"0": (0.8, 0.1)}) as url:
         pass
     assert DcgmUtilization(url, timeout_s=0.5).read() is None
+
+
+def test_only_the_http_source_is_read_off_the_event_loop():
+    # deployments/pools.py reads a non-blocking source inline: a stopping replica's executor is
+    # shut down, and a to_thread there logged "Replica autoscaling stats failed" at every Ctrl-C
+    assert EngineUtilization.blocking is False and DcgmUtilization.blocking is True
