@@ -22,7 +22,7 @@ weight-bound target, 1.07x / 1.20x / 1.45x on the tiny default
 Prints, per batch, each engine's output tok/s alone and together, and `together / alone`
 (median [min-max] over the repeats; the sum of both engines' together rates over the mean of
 their alone rates). Where the batches hold both B and B/2 it also prints the **split ceiling**
-at B: both engines at once at B/2 each over one engine alone at B (`split_over_alone`). That is
+at B: both engines at once at B/2 each over one engine alone at B (`split_ceilings`). That is
 the served machine cell's own comparison (bench/cells.py: `--machine-concurrency` streams on one
 pool, or half on each pool) without a frontend and with the second pool vanilla too: an engine
 whose step time grows with the batch makes more than half its batch-B rate at B/2, so splitting
@@ -131,21 +131,11 @@ def together_over_alone(alone: list[float], together: list[float]) -> float:
     return sum(together) / statistics.fmean(alone)
 
 
-def split_over_alone(alone_at_b: list[float], together_at_half: list[float]) -> float:
-    """The split ceiling at batch B: both engines' summed rate at once, each at B/2, over one
-    engine's mean rate alone at B (2.0 only where the rate does not grow with the batch).
-
-    Args:
-        alone_at_b: each engine's tok/s alone at batch B (one per engine).
-        together_at_half: each engine's tok/s at batch B/2 while both ran (one per engine).
-    """
-    return sum(together_at_half) / statistics.fmean(alone_at_b)
-
-
 def split_ceilings(results: dict[int, list[dict]]) -> dict[int, list[float]]:
-    """{B: split_over_alone per repeat} for every B of `results` whose B/2 is also there (the
-    same repeat's rows paired)."""
-    return {b: [split_over_alone(full["alone"], half["together"])
+    """{B: the split ceiling per repeat} for every B of `results` whose B/2 is also there (the
+    same repeat's rows paired): `together_over_alone` of one engine alone at B and both at once
+    at B/2 each (2.0 only where the rate does not grow with the batch)."""
+    return {b: [together_over_alone(full["alone"], half["together"])
                 for full, half in zip(rows, results[b // 2])]
             for b, rows in sorted(results.items()) if b % 2 == 0 and b // 2 in results}
 

@@ -271,9 +271,7 @@ class SpecserveIngress(AdminEndpoints, OpenAiIngress):
         return JSONResponse(self._model_json(await super().model_data(model)))
 
     def _model_json(self, card: ModelCard) -> dict:
-        return {"id": card.id, "object": card.object, "created": self._created,
-                "owned_by": card.owned_by, "permission": card.permission,
-                "metadata": card.metadata}
+        return {**card.model_dump(), "created": self._created}
 
     async def health(self) -> Response:
         """Readiness, and each pool's state: `{"status", "pools": {pool: {"replicas",
