@@ -13,12 +13,42 @@ import time
 
 import httpx
 
+from bench.report import TASKS, curve_at
 from bench.serve_client import Load, run_cell, sample_requests, warm_up
 from bench.summary import Slo, percentile
-from bench.workload import Job, jobs, long_jobs
+from bench.workload import MEAN_OUTPUT_TOKENS, TEMPERATURE, Job, jobs, long_jobs
 from core import SpecserveConfig
 
 RATE_FRACTIONS = (0.3, 0.6, 0.9)  # Poisson rates as fractions of vanilla's measured capacity
+
+
+def speedup_curves(url: str, context: float | None = None) -> dict:
+    """The router's S(B) curves at every workload temperature: {str(float t): `GET
+    /admin/speedup?temperature=t` reply}, priced at `context` tokens per sequence when given
+    (default: each pool's profile context, core/step_time.py).
+
+    Raises:
+        httpx.HTTPError: the router did not answer 200.
+    """
+    out = {}
+    for t in sorted(set(TEMPERATURE.values())):
+        params = {"temperature": t} if context is None else {"temperature": t, "context": context}
+        r = httpx.get(url + "/admin/speedup", params=params, timeout=30)
+        r.raise_for_status()
+        out[str(float(t))] = r.json()
+    return out
+
+
+def long_context(long_tokens: int) -> int:
+    """Mean context tokens per sequence of the long cells: the prompt plus half the longest mean
+    output (`MEAN_OUTPUT_TOKENS`), the context at which their S(B, L) is priced."""
+    return long_tokens + max(MEAN_OUTPUT_TOKENS.values()) // 2
+
+
+def predicted_s(curves: dict, batch: int) -> dict[str, float | None]:
+    """{task: the router's S at the task's workload temperature and the curve's batch nearest
+    `batch`} from `speedup_curves`' reply (None: no curve for the task)."""
+    return {task: curve_at(curves, task, TEMPERATURE[task], batch) for task in TASKS}
 
 
 def alternating(workload: str, model: str, seed: int, routes: tuple[str, ...]):
@@ -57,8 +87,12 @@ async def measure_app(url: str, app, args, rates: list[float] | None, model: str
 
     async def cell(key: str, make) -> None:
         for name, route in app.systems.items():
-            cells.setdefault(key, {})[name] = await make(route)
-            print(f"{key:>14} {name:>24}: {_line(cells[key][name])}", flush=True)
+            cells.setdefault(key, {})[name] = got = await make(route)
+            if name == "routed" and "@c" in key:  # the S the router priced this cell with
+                context = long_context(args.long_tokens) if key.startswith("long@") else None
+                curves = await asyncio.to_thread(speedup_curves, url, context)
+                got["predicted_s"] = predicted_s(curves, int(key.split("@c")[1]))
+            print(f"{key:>14} {name:>24}: {_line(got)}", flush=True)
 
     await cell("code@c1", lambda route: send(jobs("code", model, 1, route), args.code_requests,
                                              Load(concurrency=1)))

@@ -72,7 +72,9 @@ def write_report(results: dict, out: Path) -> None:
     lines = ["# specserve benchmark", "",
              f"Command: `{results['command']}`  ", f"Machine: {results['machine']}  ",
              f"Client: {results.get('client', 'own')}; engines: "
-             f"{results.get('engines', 'see command')}; rounds: {rounds} (figures: median "
+             f"{results.get('engines', 'see command')}"
+             f"{', seeded per round' if results.get('engine_seed') else ''}; rounds: {rounds} "
+             "(figures: median "
              f"[min-max] over the rounds; ratios taken round by round)  ",
              f"Wall time: {results.get('wall_s', 0):.0f} s; application start times: {starts}  ",
              f"SLO for goodput: TTFT ≤ {results['slo']['ttft_ms']:.0f} ms and TPOT ≤ "
@@ -415,20 +417,25 @@ def curve_at(curves: dict, task: str, temperature: float, batch: int) -> float |
 def _predicted_vs_realized(results: dict, cells: dict, sweep, curves: dict | None = None,
                            label: str = "") -> list[str]:
     """Per task at each sweep level: the router's S(B = c) at the task's workload temperature
-    (after the sweep) against the realized S = forced-vanilla / forced-speculative TPOT p50 of
-    that task (one replica each, so a closed loop of c keeps c requests in its engine), round by
-    round. Results without per-temperature curves (before 2026-12-04) predict at temperature 0
-    only, so their chat and creative rows show no prediction.
+    against the realized S = forced-vanilla / forced-speculative TPOT p50 of that task (one
+    replica each, so a closed loop of c keeps c requests in its engine), round by round.
+
+    Two predictions: "as routed", the router's S read right after the routed system ran the cell
+    (`predicted_s` of its figures, bench/cells.py: the S it priced that cell's requests with),
+    which the ±15% target counts; and "after the sweep", the S the router held after every cell
+    of round 1 (later cells, long prompts among them, move it). Results before 2026-12-06 have only
+    the second (their count is on it); results without per-temperature curves (before
+    2026-12-04) predict at temperature 0 only, so their chat and creative rows show none.
 
     Args:
-        curves: {temperature: `GET /admin/speedup` answer} to predict from (default: the run's
-            `speedup_curves`); `label` names them in the section's title.
+        curves: {temperature: `GET /admin/speedup` answer} for "after the sweep" (default: the
+            run's `speedup_curves`); `label` names them in the section's title.
     """
     if curves is None:
         curves = results.get("speedup_curves") or {}
         if not curves and results.get("speedup_curve"):
             curves = {"0.0": results["speedup_curve"]}
-    out, hits, total = [], 0, 0
+    out, hits, total, after_hits, after_total = [], 0, 0, 0, 0
     for c, key in sweep:
         row = cells[key]
         if "forced-vanilla" not in row or "forced-speculative" not in row:
@@ -440,22 +447,31 @@ def _predicted_vs_realized(results: dict, cells: dict, sweep, curves: dict | Non
                         and s["tpot_p50_ms_by_task"].get(task)]
             if not realized:
                 continue
-            predicted = curve_at(curves, task, TEMPERATURE[task], c)
-            if predicted is None:
-                out.append(f"| {c} | {task} (t={TEMPERATURE[task]}) | - | {fmt(realized, 2)} | - |")
-                continue
-            error = predicted / statistics.median(realized) - 1
-            total += 1
-            hits += abs(error) <= PREDICTION_TARGET
-            out.append(f"| {c} | {task} (t={TEMPERATURE[task]}) | {predicted:.2f} | "
-                       f"{fmt(realized, 2)} | {error:+.0%} |")
+            real = statistics.median(realized)
+            routed = [p for r in row.get("routed", [])
+                      if (p := (r.get("predicted_s") or {}).get(task)) is not None]
+            after = curve_at(curves, task, TEMPERATURE[task], c)
+            as_routed = statistics.median(routed) if routed else None
+            cols = [("-", "-") if pred is None else (shown, f"{pred / real - 1:+.0%}")
+                    for pred, shown in ((as_routed, fmt(routed, 2) if routed else "-"),
+                                        (after, "-" if after is None else f"{after:.2f}"))]
+            if as_routed is not None:
+                total += 1
+                hits += abs(as_routed / real - 1) <= PREDICTION_TARGET
+            if after is not None:
+                after_total += 1
+                after_hits += abs(after / real - 1) <= PREDICTION_TARGET
+            out.append(f"| {c} | {task} (t={TEMPERATURE[task]}) | {cols[0][0]} | {cols[0][1]} | "
+                       f"{cols[1][0]} | {cols[1][1]} | {fmt(realized, 2)} |")
     if not out:
         return []
-    return ["", "## Predicted vs realized S per task (router's S(B = concurrency) after the "
-            "sweep; realized: forced-vanilla / forced-speculative TPOT p50)"
-            + (f": {label}" if label else ""), "",
-            "| concurrency | task | predicted S | realized S | error |", "|---|---|---|---|---|",
-            *out, "", f"Within ±{PREDICTION_TARGET:.0%}: {hits} of {total} cells."]
+    counts = (f"Within ±{PREDICTION_TARGET:.0%}: as routed {hits} of {total} cells; after the "
+              f"sweep {after_hits} of {after_total}.")
+    return ["", "## Predicted vs realized S per task (router's S(B = concurrency) as it routed "
+            "the cell and after the sweep; realized: forced-vanilla / forced-speculative TPOT "
+            "p50)" + (f": {label}" if label else ""), "",
+            "| concurrency | task | predicted S as routed | error | predicted S after the sweep "
+            "| error | realized S |", "|---|---|---|---|---|---|---|", *out, "", counts]
 
 
 def _plots(cells, systems, sweep, out: Path) -> None:

@@ -46,9 +46,10 @@ from typing import Iterator
 
 import httpx
 
-from bench.cells import measure_app, measure_decision_latency, measure_overhead
+from bench.cells import (long_context, measure_app, measure_decision_latency, measure_overhead,
+                         speedup_curves)
 from bench.report import median, write_report
-from bench.workload import MEAN_OUTPUT_TOKENS, TEMPERATURE
+from bench.workload import MEAN_OUTPUT_TOKENS
 from core import DEFAULT_CONFIG_PATH, SpecserveConfig, models_dir
 
 CHECKPOINTS = {"draft_model": "draft", "eagle3": "eagle3", "eagle": "eagle", "medusa": "medusa"}
@@ -84,6 +85,19 @@ def speculator_config(base: SpecserveConfig, method: str, replicas: tuple[int, i
     return SpecserveConfig.from_dict(data)
 
 
+def seeded(cfg: SpecserveConfig, seed: int) -> SpecserveConfig:
+    """`cfg` with every pool's engines seeded with `seed` (vLLM `EngineArgs.seed`, default 0),
+    unless the config sets one: each round of the benchmark restarts its applications, and an
+    engine restarted with the same seed draws the same random numbers, so its unseeded sampled
+    requests (chat at temperature 0.7, creative at 1.0) would repeat the same outputs, hence the
+    same acceptance, round after round, and the rounds' spread would hide that luck. One seed
+    per round makes the rounds independent draws."""
+    data = cfg.model_dump(mode="json")
+    for pool in ("vanilla", "speculative"):
+        data[pool]["engine_kwargs"].setdefault("seed", seed)
+    return SpecserveConfig.from_dict(data)
+
+
 def available_methods(methods: list[str]) -> list[str]:
     """The methods whose checkpoint the model lab has built (ngram needs none)."""
     out = []
@@ -101,9 +115,10 @@ def vllm_pids() -> set[int]:
     return {int(p) for p in out.split()}
 
 
-def run_app(app: App, args, rates, tokenizer, overhead: bool = False, machine: bool = False
-            ) -> tuple[dict, dict | None, float]:
-    """Starts `app`, measures it, deletes it; returns (cells, overhead, start seconds)."""
+def run_app(app: App, args, rates, tokenizer, overhead: bool = False, machine: bool = False,
+            seed: int = 0) -> tuple[dict, dict | None, float]:
+    """Starts `app` with its engines seeded with `seed` (`seeded`), measures it, deletes it;
+    returns (cells, overhead, start seconds)."""
     from ray import serve
 
     from bench.direct import PREFIX, build_direct_app
@@ -111,7 +126,8 @@ def run_app(app: App, args, rates, tokenizer, overhead: bool = False, machine: b
 
     before = vllm_pids()
     t0 = time.perf_counter()
-    serve.run(build_app_from_config(app.config), name="specserve", route_prefix="/")
+    serve.run(build_app_from_config(seeded(app.config, seed)), name="specserve",
+              route_prefix="/")
     url = f"http://127.0.0.1:{args.port}"
     wait_ready(url)
     start_s = time.perf_counter() - t0
@@ -121,16 +137,10 @@ def run_app(app: App, args, rates, tokenizer, overhead: bool = False, machine: b
         cells = asyncio.run(measure_app(url, app, args, rates, model, tokenizer, machine))
         extra = None
         if overhead:
-            curves = {str(float(t)): httpx.get(url + "/admin/speedup", params={"temperature": t},
-                                               timeout=30).json()
-                      for t in sorted(set(TEMPERATURE.values()))}
+            curves = speedup_curves(url)
             extra = {"speedup_curve": curves["0.0"], "speedup_curves": curves}
             if getattr(args, "long_concurrency", None):  # priced at the long cells' context
-                context = args.long_tokens + max(MEAN_OUTPUT_TOKENS.values()) // 2
-                extra["speedup_curves_long"] = {
-                    str(float(t)): httpx.get(url + "/admin/speedup", timeout=30, params={
-                        "temperature": t, "context": context}).json()
-                    for t in sorted(set(TEMPERATURE.values()))}
+                extra["speedup_curves_long"] = speedup_curves(url, long_context(args.long_tokens))
             try:
                 serve.run(build_direct_app("specserve", "vanilla", model), name="direct",
                           route_prefix=PREFIX)
@@ -249,7 +259,9 @@ def main(argv: list[str] | None = None) -> int:
                    "2048)")
     p.add_argument("--requests-per-slot", type=int, default=2, help="closed loop: requests per "
                    "concurrency slot (at least --min-requests)")
-    p.add_argument("--min-requests", type=int, default=8)
+    p.add_argument("--min-requests", type=int, default=16, help="closed loop: requests per cell "
+                   "at least (16: a mixed cell at concurrency 1 holds two or three of each "
+                   "sampled task, whose acceptance varies request by request)")
     p.add_argument("--code-requests", type=int, default=8)
     p.add_argument("--poisson-requests", type=int, default=40, help="requests per Poisson cell "
                    "(0: no Poisson cells)")
@@ -304,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
                      "apps": {}, "cells": {}, "decision_latency": decision,
                      "client": "vllm.benchmarks.serve", "repeats": args.repeats,
                      "engines": "eager" if args.eager else "compiled",
+                     "engine_seed": "the round's index (0, 1, ...; bench/run.py `seeded`)",
                      "workload": args.workload}
     results["budget"] = budget
     tokenizer = get_tokenizer(resolve_path(base.model.path))
@@ -340,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
             for app in apps:
                 rates = results.get("poisson_rates_req_s")  # measured on vanilla in round 1
                 _, extra = measure(app, rates, overhead=app is routed and r == 0,
-                                   machine=app is routed)
+                                   machine=app is routed, seed=r)
                 if app is routed and r == 0:
                     results["speedup_curve"] = extra.pop("speedup_curve")
                     results["speedup_curves"] = extra.pop("speedup_curves")
@@ -356,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
                 name = f"vllm-switch-x{budget}"
                 apps.append(App(name, speculator_config(base, first, (0, budget), args.eager,
                                                         schedule), {name: "auto"}))
-                measure(apps[-1], results.get("poisson_rates_req_s"))
+                measure(apps[-1], results.get("poisson_rates_req_s"), seed=r)
     results["wall_s"] = round(time.perf_counter() - t_start, 1)
     _save(results, out)
     print(f"results: {out}/report.md ({results['wall_s']:.0f} s)")

@@ -220,9 +220,9 @@ def test_report_states_each_target(tmp_path):
     assert "pays (S ≥ 1.1) at every batch up to: code 8 (also at 128), chat 0" in text
     # predicted S(B = c) against forced-vanilla / forced-speculative TPOT (equal here: S = 1);
     # c16 takes the curve's batch nearest in log2 (64)
-    assert "| 1 | code (t=0.0) | 2.50 | 1.00 [1.00-1.00] | +150% |" in text
-    assert "| 16 | code (t=0.0) | 0.75 | 1.00 [1.00-1.00] | -25% |" in text
-    assert "Within ±15%: 0 of 3 cells." in text
+    assert "| 1 | code (t=0.0) | - | - | 2.50 | +150% | 1.00 [1.00-1.00] |" in text
+    assert "| 16 | code (t=0.0) | - | - | 0.75 | -25% | 1.00 [1.00-1.00] |" in text
+    assert "Within ±15%: as routed 0 of 0 cells; after the sweep 0 of 3." in text
     # the long-prompt cell: its own table, judged like the sweep; no curves at its context: no
     # prediction section for it
     assert ("long@c16: routed / better own pool = **2.10x** [2.10-2.10] (met vs ≥ 0.95, "
@@ -233,8 +233,17 @@ def test_report_states_each_target(tmp_path):
         {"batch": 16, "speedup": 1.1}]}}}}
     write_report(json.loads(json.dumps(results)), tmp_path)
     long = (tmp_path / "report.md").read_text().split("S(B, L) at their context")[1]
-    assert "| 16 | code (t=0.0) | 1.10 | 1.00 [1.00-1.00] | +10% |" in long
-    assert "Within ±15%: 1 of 1 cells." in long
+    assert "| 16 | code (t=0.0) | - | - | 1.10 | +10% | 1.00 [1.00-1.00] |" in long
+    assert "Within ±15%: as routed 0 of 0 cells; after the sweep 1 of 1." in long
+    # the S the router priced each cell with (read after the routed system ran it), round by
+    # round: counted against the target beside the S after the sweep
+    for i, run in enumerate(results["cells"]["mixed@c1"]["routed"]):
+        run["predicted_s"] = {"code": (1.05, 0.9, 1.1, 2.0)[i], "chat": None}
+    write_report(json.loads(json.dumps(results)), tmp_path)
+    text = (tmp_path / "report.md").read_text()
+    assert "| 1 | code (t=0.0) | 1.08 [0.90-2.00] | +8% | 2.50 | +150% | 1.00 [1.00-1.00] |" \
+        in text
+    assert "Within ±15%: as routed 1 of 1 cells; after the sweep 0 of 3." in text
     for png in ("throughput.png", "tpot_p99.png", "speedup_by_task.png"):
         assert (tmp_path / png).stat().st_size > 1000
     # `python -m bench.report DIR` rewrites the same report from the folder's results.json
@@ -430,3 +439,29 @@ def test_each_cell_first_drops_the_prefix_caches_retrying_while_a_replica_is_bus
     answers = iter([409] * 3)
     with pytest.raises(RuntimeError, match="409"):
         asyncio.run(reset(httpx.MockTransport(handler), tries=3))
+
+
+def test_each_round_seeds_the_engines_unless_the_config_does():
+    from bench.run import seeded
+    from core import SpecserveConfig
+
+    base = SpecserveConfig.from_yaml("cluster/default.yaml")
+    cfg = seeded(base, 3)
+    assert cfg.vanilla.engine_kwargs["seed"] == cfg.speculative.engine_kwargs["seed"] == 3
+    assert "seed" not in base.vanilla.engine_kwargs  # the base config is left as it was
+    data = base.model_dump(mode="json")
+    data["speculative"]["engine_kwargs"]["seed"] = 11
+    own = seeded(SpecserveConfig.from_dict(data), 3)
+    assert (own.vanilla.engine_kwargs["seed"], own.speculative.engine_kwargs["seed"]) == (3, 11)
+
+
+def test_cells_price_each_task_at_its_temperature_and_the_cells_batch():
+    from bench.cells import long_context, predicted_s
+
+    def reply(x):
+        return {"tasks": {t: {"curve": [{"batch": 1, "speedup": x}, {"batch": 16, "speedup": x / 2}]}
+                          for t in ("code", "chat")}}
+    curves = {"0.0": reply(2.0), "0.7": reply(1.2)}
+    assert predicted_s(curves, 16) == {"code": 1.0, "math": None, "extraction": None,
+                                       "chat": 0.6, "creative": None}
+    assert long_context(768) == 768 + 80  # half the longest mean output (creative, 160)
