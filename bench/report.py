@@ -435,7 +435,7 @@ def _predicted_vs_realized(results: dict, cells: dict, sweep, curves: dict | Non
         curves = results.get("speedup_curves") or {}
         if not curves and results.get("speedup_curve"):
             curves = {"0.0": results["speedup_curve"]}
-    out, hits, total, after_hits, after_total = [], 0, 0, 0, 0
+    out, hits, totals = [], [0, 0], [0, 0]  # [as routed, after the sweep]
     for c, key in sweep:
         row = cells[key]
         if "forced-vanilla" not in row or "forced-speculative" not in row:
@@ -447,26 +447,26 @@ def _predicted_vs_realized(results: dict, cells: dict, sweep, curves: dict | Non
                         and s["tpot_p50_ms_by_task"].get(task)]
             if not realized:
                 continue
-            real = statistics.median(realized)
             routed = [p for r in row.get("routed", [])
                       if (p := (r.get("predicted_s") or {}).get(task)) is not None]
             after = curve_at(curves, task, TEMPERATURE[task], c)
-            as_routed = statistics.median(routed) if routed else None
-            cols = [("-", "-") if pred is None else (shown, f"{pred / real - 1:+.0%}")
-                    for pred, shown in ((as_routed, fmt(routed, 2) if routed else "-"),
-                                        (after, "-" if after is None else f"{after:.2f}"))]
-            if as_routed is not None:
-                total += 1
-                hits += abs(as_routed / real - 1) <= PREDICTION_TARGET
-            if after is not None:
-                after_total += 1
-                after_hits += abs(after / real - 1) <= PREDICTION_TARGET
-            out.append(f"| {c} | {task} (t={TEMPERATURE[task]}) | {cols[0][0]} | {cols[0][1]} | "
-                       f"{cols[1][0]} | {cols[1][1]} | {fmt(realized, 2)} |")
+            cols = []
+            for i, (pred, shown) in enumerate((
+                    (statistics.median(routed), fmt(routed, 2)) if routed else (None, ""),
+                    (after, f"{after:.2f}" if after is not None else ""))):
+                if pred is None:
+                    cols += ["-", "-"]
+                    continue
+                error = pred / statistics.median(realized) - 1
+                totals[i] += 1
+                hits[i] += abs(error) <= PREDICTION_TARGET
+                cols += [shown, f"{error:+.0%}"]
+            out.append(f"| {c} | {task} (t={TEMPERATURE[task]}) | {' | '.join(cols)} | "
+                       f"{fmt(realized, 2)} |")
     if not out:
         return []
-    counts = (f"Within ±{PREDICTION_TARGET:.0%}: as routed {hits} of {total} cells; after the "
-              f"sweep {after_hits} of {after_total}.")
+    counts = (f"Within ±{PREDICTION_TARGET:.0%}: as routed {hits[0]} of {totals[0]} cells; after "
+              f"the sweep {hits[1]} of {totals[1]}.")
     return ["", "## Predicted vs realized S per task (router's S(B = concurrency) as it routed "
             "the cell and after the sweep; realized: forced-vanilla / forced-speculative TPOT "
             "p50)" + (f": {label}" if label else ""), "",
