@@ -144,7 +144,9 @@ class RouterConfig(Strict):
         "falls below min_speedup minus this.")
     max_speculative_temperature: float = Field(
         0.7, ge=0, description="Requests sampled hotter than this go vanilla (acceptance falls "
-        "with temperature).")
+        "with temperature), unless the pools measurably slow each other (one host) and the whole "
+        "load runs faster on the speculative pool (router/policy.py `allocate`, reason "
+        "`host_shared`).")
 
 
 class ServerConfig(Strict):

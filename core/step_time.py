@@ -204,3 +204,50 @@ def _monotone(mean_s: dict[int, float]) -> dict[int, float]:
             blocks[-1][1] += count
             blocks[-1][2] += keys
     return {b: total / count for total, count, keys in blocks for b in keys}
+
+
+@dataclass
+class HostSharing:
+    """How much the pools slow each other down: ρ per pool, its step time while the other pool
+    has requests running over its step time while the other pool is idle, at the same batch.
+
+    On a GPU cluster the pools own separate accelerators and ρ ≈ 1. On one host they share what
+    is not partitioned: on our 2-core box each engine owns a core, yet the frontend (Serve's
+    proxy, the router, the pool replicas, Ray) runs wherever a core is free, so two busy tiny
+    engines made 0.79x what one made (bench/results/2026-12-06-tiny-routed-seeded, machine cell:
+    16 streams on one pool 1311 tok/s, 8 + 8 on both 1032). ρ is learned from served samples
+    only (`core.stats.busy_window_samples`' request step, the same samples `StepTimeModel`
+    folds), filed in two step-time models per pool by whether the other pool was busy when the
+    sample came in; a startup profile runs without the frontend and enters neither.
+
+    Args:
+        weight: weight of a new sample in its bucket's EWMA (as `StepTimeModel.weight`).
+    """
+
+    weight: float = 0.2
+    _alone: dict[str, StepTimeModel] = field(default_factory=dict)
+    _shared: dict[str, StepTimeModel] = field(default_factory=dict)
+
+    def observe(self, pool: str, batch: float, step_s: float, other_busy: bool,
+                context: float | None = None) -> None:
+        """Files one served sample of `pool` (seconds per step at `batch` requests in the
+        engine, mean `context` tokens) as taken while the other pool was busy or idle."""
+        models = self._shared if other_busy else self._alone
+        models.setdefault(pool, StepTimeModel(weight=self.weight)).observe(batch, step_s,
+                                                                            context)
+
+    def slowdown(self, pool: str) -> float | None:
+        """ρ of `pool`: the geometric mean over the batch buckets sampled both ways of
+        shared / alone step time (None: no bucket sampled both ways yet)."""
+        alone, shared = self._alone.get(pool), self._shared.get(pool)
+        if alone is None or shared is None:
+            return None
+        ratios = [shared._mean_s[b] / alone._mean_s[b]
+                  for b in alone._mean_s.keys() & shared._mean_s.keys()]
+        if not ratios:
+            return None
+        return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+
+    def slowdowns(self) -> dict[str, float]:
+        """ρ of every pool known both ways."""
+        return {pool: rho for pool in self._alone if (rho := self.slowdown(pool)) is not None}

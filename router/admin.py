@@ -96,7 +96,10 @@ class AdminEndpoints:
         can pay again at a larger batch, which only "pays_at_batches" shows). The optional
         `context` (tokens per sequence, ≥ 0) prices every batch at that mean context (default:
         each pool's profile context); "context_cost" gives each pool's κ (seconds per step per
-        sequence per context token) and the context its profile ran at (core/step_time.py). 400
+        sequence per context token) and the context its profile ran at (core/step_time.py);
+        "host_sharing" each pool's measured slowdown ρ while the other is busy, the load
+        allocation in force and the decode rates it was chosen from (router/policy.py
+        `allocate`), the per-request rule's speculative share and the mix's E[τ]. 400
         when `temperature` is not a number in [0, 2] (OpenAI's range) or `context` is not a
         finite number ≥ 0."""
         raw = request.query_params.get("temperature", "0")
@@ -126,9 +129,17 @@ class AdminEndpoints:
                          "curve": rows}
         costs = {pool: {"context_s_per_token": m.context_s, "profile_context": m.ref_context}
                  for pool, m in model.step_times.items()}
+        decider = self._decider
+        sharing = {"slowdown": {p: round(r, 3) for p, r in
+                                model.host_sharing.slowdowns().items()},
+                   "allocation": decider.allocation,
+                   "predicted_tokens_per_s": {a: round(r, 1) for a, r in
+                                              decider.allocation_rates.items()},
+                   "speculative_share": round(decider.load_mix.speculative_share, 3),
+                   "mix_expected_tokens": round(decider.load_mix.expected_tokens, 3)}
         return JSONResponse({"min_speedup": self._cfg.router.min_speedup,
                              "temperature": temperature, "context": context,
-                             "context_cost": costs, "tasks": out})
+                             "context_cost": costs, "host_sharing": sharing, "tasks": out})
 
     async def get_speculators(self) -> dict:
         """Live acceptance per speculator and task, over every ingress replica, and the rollout

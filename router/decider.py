@@ -39,8 +39,9 @@ from core import (PUSH_PERIOD_S, STALE_AFTER_S, ArrivalCounter, PoolStats, Reque
                   SpecserveConfig, TaskType, read_config_value, resolve_path)
 from core.rollout import SpeculatorTallies, Tally, merge_counts
 from router.errors import RequestError
-from router.policy import (SPEEDUP_MODELS, PoolLoad, PricingMode, RequestFeatures, RouteDecision,
-                           Unroutable, admit, choose_route, refusal)
+from router.policy import (ALLOCATABLE, SPEEDUP_MODELS, Allocation, LoadMix, PoolLoad,
+                           PricingMode, RequestFeatures, RouteDecision, Unroutable, admit,
+                           allocate, choose_route, refusal)
 from router.request import Limits, ParsedRequest, RequestParser, load_tokenizer
 
 logger = logging.getLogger("specserve.router")
@@ -299,6 +300,12 @@ class RouteDecider:
             # Tokens of context the speculator drafts within (None: unbounded or no such pool).
             cfg.speculative.speculator.context_len() if "speculative" in self.pools else None)
         self._last_auto_route: dict[TaskType, Route] = {}  # per task type, for hysteresis
+        # Where the load runs when the pools slow each other (router/policy.py `allocate`): the
+        # recent traffic as the per-request rule splits it, the allocation in force and the
+        # decode rates (tokens/s) it was chosen from.
+        self.load_mix = LoadMix()
+        self.allocation: Allocation = "split"
+        self.allocation_rates: dict[Allocation, float] = {}
         self._runtime_pin: str | None = None  # None: the config's router.pin
         self._pin_version = 0  # bumped by set_pin: a board read that spans it is stale
         self.arrivals = ArrivalCounter()  # offered load per class, for the autoscaling policy
@@ -429,8 +436,26 @@ class RouteDecider:
             raise RequestError(400, str(e), e.param) from None
         if decision.reason in ("speculation_pays", "speculation_costs"):  # S chose the route
             self._last_auto_route[features.task] = decision.route
+        if decision.reason in ALLOCATABLE:
+            decision = self._allocated(request, features, decision, loads)
         self._count_arrival(request, features, decision, router_cfg)
         return features, decision
+
+    def _allocated(self, request: ParsedRequest, features: RequestFeatures,
+                   decision: RouteDecision, loads: Mapping[Route, PoolLoad]) -> RouteDecision:
+        """`decision` (a per-request performance choice, `ALLOCATABLE`), moved to the pool the
+        whole load runs faster on when the pools slow each other (`allocate`: reason
+        `host_shared`, S still told); unchanged while splitting the load wins."""
+        tokens = (request.max_tokens or self.cfg.model.max_model_len - request.prompt_len)
+        self.load_mix.observe(tokens * request.sequences, features.expected_tokens or 1.0,
+                              decision.route == "speculative")
+        self.allocation, self.allocation_rates = allocate(
+            self.speedup_model, self.load_mix, loads, self.allocation, self.cfg.router.hysteresis)
+        target = self.allocation
+        if (target != "split" and target != decision.route and target in loads
+                and decision.may_run_on(target) and loads[target].available):
+            return RouteDecision(target, "host_shared", decision.speedup, decision.eligible)
+        return decision
 
     def _count_arrival(self, request: ParsedRequest, features: RequestFeatures,
                        decision: RouteDecision, router_cfg) -> None:

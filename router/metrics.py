@@ -227,6 +227,13 @@ class _EstimateCollector:
             for batch, seconds in model.points().items():
                 step.add_metric([pool, str(batch)], seconds)
         yield step
+        slowdown = GaugeMetricFamily("specserve_host_slowdown", "ρ: a pool's step time while the "
+                                     "other pool is busy over its step time while the other is "
+                                     "idle, at the same batch (1: separate accelerators; "
+                                     "core/step_time.py HostSharing).", labels=["pool"])
+        for pool, rho in self._model.host_sharing.slowdowns().items():
+            slowdown.add_metric([pool], rho)
+        yield slowdown
 
 
 class _RolloutCollector:

@@ -61,6 +61,7 @@ from typing import Literal, Mapping
 
 from core import (AcceptanceEstimator, PoolStats, RequestedRoute, Route, RouterConfig,
                   StepTimeModel, TaskType, batched_speedup, expected_tokens)
+from core.step_time import HostSharing
 
 Reason = Literal[
     "requested",              # the request's `route` field forced the path
@@ -79,7 +80,15 @@ Reason = Literal[
     "task_gains",             # no step times yet; task accepts many draft tokens, pool has room
     "speculation_pays",       # S ≥ threshold: speculative
     "speculation_costs",      # S < threshold: vanilla
+    "host_shared",            # the pools slow each other (a shared host) and the load runs
+                              # faster on this one pool than split (`allocate`)
 ]
+
+# The reasons `allocate`'s choice may override: the per-request performance rules. A request's
+# options, a pin, a requested route, lossy sampling or an unavailable pool are never overridden.
+ALLOCATABLE: frozenset[str] = frozenset({"speculation_pays", "speculation_costs",
+                                         "high_temperature", "beyond_speculator_context"})
+Allocation = Literal["split", "vanilla", "speculative"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,6 +314,7 @@ class SpeedupModel:
     max_num_seqs: Mapping[str, int] = field(default_factory=dict)
     acceptance: AcceptanceEstimator = None  # type: ignore[assignment]
     step_times: dict[str, StepTimeModel] = field(default_factory=dict)
+    host_sharing: HostSharing = field(default_factory=HostSharing)
     _seen_samples: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -315,13 +325,21 @@ class SpeedupModel:
         """Folds new step-time samples and profiles from a StatsBoard snapshot (each sample once).
 
         A sample is seconds per decode step as a request lives it at a count of requests in the
-        replica's engine (`core.stats.busy_window_samples`), filed at that pool's own batch.
+        replica's engine (`core.stats.busy_window_samples`), filed at that pool's own batch,
+        and in `host_sharing` as taken while the other pool's engines had requests or not.
         """
+        busy = {pool: stats.engine.num_requests_running + stats.engine.num_requests_waiting > 0
+                for pool, stats in pools.items()}
         for pool, stats in pools.items():
             model = self.step_times.setdefault(
                 pool, StepTimeModel(max_batch=self.max_num_seqs.get(pool)))
+            fresh = [(batch, step_s) for replica, sample_id, batch, step_s in stats.step_samples
+                     if self._seen_samples.get(replica) != sample_id]
             model.fold(stats.profile, stats.step_samples, self._seen_samples,
                        stats.profile_context, stats.mean_context)
+            other_busy = any(b for other, b in busy.items() if other != pool)
+            for batch, step_s in fresh:
+                self.host_sharing.observe(pool, batch, step_s, other_busy, stats.mean_context)
 
     def expected_tokens(self, task: TaskType, temperature: float, context_tokens: float = 0
                         ) -> float:
@@ -465,3 +483,102 @@ def marginal_step_s(points: Mapping[float, float], in_flight: int, replicas: int
 def _cross(o: tuple[float, float], a: tuple[float, float], b: tuple[float, float]) -> float:
     """> 0 when `a` lies below the line from `o` to `b`."""
     return (a[0] - o[0]) * (b[1] - o[1]) - (a[1] - o[1]) * (b[0] - o[0])
+
+
+@dataclass
+class LoadMix:
+    """The recent automatically routed traffic as the per-request rule would split it: decayed,
+    token-weighted sums over requests (each request's sums decay by `1 − weight` per new one,
+    so the mix follows the last ~1 / weight requests).
+
+    Attributes:
+        weight: share of the newest request in the sums (0..1].
+    """
+
+    weight: float = 0.05
+    _tokens: float = 0.0  # output tokens asked for, all requests
+    _steps: float = 0.0  # their speculative verification steps: tokens / E[τ]
+    _spec_tokens: float = 0.0  # of those the per-request rule sends speculative
+    _spec_steps: float = 0.0
+
+    def observe(self, tokens: float, e_tau: float, speculative: bool) -> None:
+        """One request: `tokens` output tokens (max_tokens × sequences), its E[τ] on the
+        speculative pool, and whether the per-request rule sends it there."""
+        keep = 1.0 - self.weight
+        steps = tokens / max(e_tau, 1.0)
+        self._tokens = self._tokens * keep + tokens
+        self._steps = self._steps * keep + steps
+        self._spec_tokens = self._spec_tokens * keep + (tokens if speculative else 0.0)
+        self._spec_steps = self._spec_steps * keep + (steps if speculative else 0.0)
+
+    @property
+    def known(self) -> bool:
+        return self._tokens > 0
+
+    @property
+    def speculative_share(self) -> float:
+        """Share of the tokens the per-request rule sends speculative (0 before any)."""
+        return self._spec_tokens / self._tokens if self._tokens else 0.0
+
+    @property
+    def expected_tokens(self) -> float:
+        """E[τ] of the whole mix on the speculative pool: tokens / verification steps (the
+        token-weighted harmonic mean of the requests' E[τ]); 1 before any."""
+        return self._tokens / self._steps if self._steps else 1.0
+
+    @property
+    def speculative_expected_tokens(self) -> float:
+        """E[τ] of the part the per-request rule sends speculative (1 before any)."""
+        return self._spec_tokens / self._spec_steps if self._spec_steps else 1.0
+
+
+def allocate(model: SpeedupModel, mix: LoadMix, loads: Mapping[Route, PoolLoad],
+             current: Allocation = "split", margin: float = 0.05
+             ) -> tuple[Allocation, dict[Allocation, float]]:
+    """Where the load should run when the pools may slow each other: split by request (the
+    per-request rule), or all of it on one pool.
+
+    With n = the sequences in flight on both pools plus one, the machine's decode rate in tokens
+    per second is predicted for three allocations from each pool's step time T(B) at its
+    per-replica batch (`SpeedupModel.step_time`) and the mix (`LoadMix`):
+
+    - vanilla: n / T_v(n / r_v);
+    - speculative: n · E_mix / T_s(n / r_s);
+    - split: the per-request rule's share f of the sequences goes speculative, n_s = f · n,
+      n_v = n − n_s: n_v / (ρ'_v · T_v(n_v / r_v)) + n_s · E_f / (ρ'_s · T_s(n_s / r_s)), where
+      ρ'_p = 1 + (ρ_p − 1) · P(both pools busy), P = 1 − f^n − (1 − f)^n, and ρ_p each pool's
+      measured slowdown while the other is busy (`core.step_time.HostSharing`; a pool not yet
+      measured takes the other's).
+
+    On separate accelerators ρ ≈ 1 and splitting keeps both at work, so split wins unless one
+    pool alone is faster; on a shared host where two busy engines make less than one (ρ ≈ 2 on
+    our 2-core box with the tiny target) one pool wins. The current allocation is kept unless
+    another predicts more than `margin` (a share) above it, so the choice does not flap.
+
+    Returns:
+        (allocation, {allocation: predicted tokens per second}); ("split", {}) until ρ, the mix
+        and both pools' step times are known (the per-request rule alone, as before any
+        measurement).
+    """
+    rho = model.host_sharing.slowdowns()
+    if (not rho or not mix.known or "vanilla" not in loads or "speculative" not in loads
+            or not all(model.step_time(p, 1) for p in ("vanilla", "speculative"))):
+        return "split", {}
+    rho_v = rho.get("vanilla", rho.get("speculative"))
+    rho_s = rho.get("speculative", rho_v)
+    van, spec = loads["vanilla"], loads["speculative"]
+    r_v, r_s = max(van.replicas, 1), max(spec.replicas, 1)
+    n = van.in_flight + spec.in_flight + 1
+    f = mix.speculative_share
+    n_s, n_v = f * n, (1.0 - f) * n
+    both = 1.0 - f ** n - (1.0 - f) ** n
+    rates: dict[Allocation, float] = {
+        "vanilla": n / model.step_time("vanilla", n / r_v),
+        "speculative": n * mix.expected_tokens / model.step_time("speculative", n / r_s),
+        "split": (n_v / ((1 + (rho_v - 1) * both) * model.step_time("vanilla", n_v / r_v))
+                  + n_s * mix.speculative_expected_tokens
+                  / ((1 + (rho_s - 1) * both) * model.step_time("speculative", n_s / r_s)))}
+    best = max(rates, key=rates.get)
+    if current in rates and rates[best] <= rates[current] * (1.0 + margin):
+        best = current
+    return best, rates

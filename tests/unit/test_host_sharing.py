@@ -1,0 +1,167 @@
+"""Pools that slow each other (one host): the measured slowdown ρ (core/step_time.py
+`HostSharing`), the load allocation it feeds (router/policy.py `allocate`, `LoadMix`) and the
+decider's `host_shared` moves (router/decider.py)."""
+
+from __future__ import annotations
+
+import pytest
+from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionRequest
+
+from core import DEFAULT_CONFIG_PATH, PoolStats, SpecserveConfig
+from core.stats import EngineStats
+from core.step_time import HostSharing
+from router.decider import RouteDecider
+from router.policy import LoadMix, PoolLoad, SpeedupModel, allocate
+
+# Memory-bound step times (seconds per step by requests in the engine): one more sequence costs
+# little. A speculative step costs twice a vanilla one, so code (α 0.7) pays and chat (α 0.5)
+# does not, per request.
+VANILLA = {1: 0.010, 16: 0.012}
+SPECULATIVE = {1: 0.020, 16: 0.026}
+
+
+def test_slowdown_is_unknown_until_a_batch_is_sampled_both_ways():
+    sharing = HostSharing()
+    sharing.observe("vanilla", 4, 0.010, other_busy=False)
+    sharing.observe("vanilla", 16, 0.030, other_busy=True)  # another bucket: nothing to compare
+    assert sharing.slowdown("vanilla") is None and sharing.slowdowns() == {}
+    sharing.observe("vanilla", 4, 0.020, other_busy=True)
+    assert sharing.slowdown("vanilla") == pytest.approx(2.0)
+    sharing.observe("vanilla", 16, 0.010, other_busy=False)  # 3x at 16, 2x at 4: geometric mean
+    assert sharing.slowdown("vanilla") == pytest.approx(6 ** 0.5)
+    assert sharing.slowdown("speculative") is None
+
+
+def test_samples_are_filed_by_whether_the_other_pools_engines_had_requests():
+    model = SpeedupModel(4)
+
+    def snapshot(sample_id, v_step, spec_running):
+        return {"vanilla": PoolStats(replicas=1, step_samples=[("v0", sample_id, 4.0, v_step)]),
+                "speculative": PoolStats(replicas=1, engine=EngineStats(
+                    num_requests_running=spec_running))}
+
+    model.update_pools(snapshot(1, 0.010, spec_running=0))
+    model.update_pools(snapshot(1, 0.050, spec_running=3))  # the same sample again: not refiled
+    assert model.host_sharing.slowdown("vanilla") is None
+    model.update_pools(snapshot(2, 0.015, spec_running=3))
+    assert model.host_sharing.slowdown("vanilla") == pytest.approx(1.5)
+
+
+def test_load_mix_weights_requests_by_tokens():
+    mix = LoadMix(weight=1.0)  # the newest request only
+    mix.observe(100, 2.5, speculative=True)
+    assert (mix.speculative_share, mix.expected_tokens) == (1.0, 2.5)
+    mix = LoadMix(weight=0.5)
+    mix.observe(100, 4.0, speculative=True)  # 25 steps
+    mix.observe(200, 1.0, speculative=False)  # 200 steps; the first request's sums halve
+    assert mix.speculative_share == pytest.approx(50 / 250)
+    assert mix.expected_tokens == pytest.approx(250 / 212.5)  # tokens / steps
+    assert mix.speculative_expected_tokens == pytest.approx(4.0)
+
+
+def _model(rho: float | None) -> SpeedupModel:
+    model = SpeedupModel(4)
+    model.update_pools({"vanilla": PoolStats(profile=VANILLA),
+                        "speculative": PoolStats(profile=SPECULATIVE)})
+    if rho is not None:
+        for pool, steps in (("vanilla", VANILLA), ("speculative", SPECULATIVE)):
+            model.host_sharing.observe(pool, 4, steps[1], other_busy=False)
+            model.host_sharing.observe(pool, 4, steps[1] * rho, other_busy=True)
+    return model
+
+
+def _half_and_half() -> LoadMix:
+    mix = LoadMix()
+    for _ in range(20):
+        mix.observe(100, 2.5, speculative=True)
+        mix.observe(100, 1.9, speculative=False)
+    return mix
+
+
+LOADED = {"vanilla": PoolLoad(1, 4), "speculative": PoolLoad(1, 4)}
+
+
+def test_the_load_stays_split_until_the_slowdown_is_measured():
+    assert allocate(_model(None), _half_and_half(), LOADED) == ("split", {})
+    assert allocate(_model(2.0), LoadMix(), LOADED) == ("split", {})  # no traffic seen yet
+
+
+def test_separate_accelerators_keep_the_split_and_a_shared_host_takes_one_pool():
+    mix = _half_and_half()
+    allocation, rates = allocate(_model(1.0), mix, LOADED)
+    assert allocation == "split" and rates["split"] > max(rates["vanilla"], rates["speculative"])
+    allocation, rates = allocate(_model(2.0), mix, LOADED)
+    assert allocation != "split" and rates[allocation] == max(rates.values())
+    assert rates["split"] < 0.6 * rates[allocation]  # both engines at half speed
+
+
+def test_the_allocation_in_force_holds_within_the_margin():
+    mix = _half_and_half()
+    _, rates = allocate(_model(1.0), mix, LOADED)
+    other = min(("vanilla", "speculative"), key=rates.get)
+    # the current allocation predicts less than the best, but by less than a margin of 100%
+    assert allocate(_model(1.0), mix, LOADED, current=other, margin=1.0)[0] == other
+    assert allocate(_model(1.0), mix, LOADED, current=other, margin=0.0)[0] == "split"
+
+
+@pytest.fixture
+def decider() -> RouteDecider:
+    decider = RouteDecider(SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH),
+                           ["vanilla", "speculative"])
+    decider.speedup_model.update_pools({"vanilla": PoolStats(profile=VANILLA),
+                                        "speculative": PoolStats(profile=SPECULATIVE)})
+    return decider
+
+
+def _code() -> CompletionRequest:
+    return CompletionRequest(model="m", prompt="def f(x):\n    return", temperature=0,
+                             max_tokens=64)
+
+
+def _chat(**kw) -> ChatCompletionRequest:
+    return ChatCompletionRequest(model="m", temperature=0, max_tokens=64, messages=[
+        {"role": "user", "content": "Hi! How are you today? Tell me about your weekend."}], **kw)
+
+
+def _routes(decider: RouteDecider, rounds: int = 10) -> list[tuple[str, str, str]]:
+    out = []
+    for _ in range(rounds):
+        for body in (_code(), _chat()):
+            request = decider.parse(body)
+            decision = decider.decide(request, LOADED)[1]
+            out.append((request.features.task, decision.route, decision.reason))
+    return out
+
+
+def _learn_rho(decider: RouteDecider, rho: float) -> None:
+    sharing = decider.speedup_model.host_sharing
+    for pool, steps in (("vanilla", VANILLA), ("speculative", SPECULATIVE)):
+        sharing.observe(pool, 4, steps[1], other_busy=False)
+        sharing.observe(pool, 4, steps[1] * rho, other_busy=True)
+
+
+def test_per_request_routing_stands_while_the_pools_do_not_slow_each_other(decider):
+    _learn_rho(decider, 1.0)
+    routes = _routes(decider)
+    assert decider.allocation == "split"
+    assert {task: route for task, route, _ in routes} == {"code": "speculative",
+                                                          "chat": "vanilla"}
+
+
+def test_on_a_shared_host_the_load_goes_to_one_pool_and_says_why(decider):
+    routes = _routes(decider, rounds=1)  # ρ not measured yet: per request
+    assert {task: route for task, route, _ in routes} == {"code": "speculative",
+                                                          "chat": "vanilla"}
+    _learn_rho(decider, 2.0)
+    routes = _routes(decider)[-4:]
+    pool = decider.allocation
+    assert pool in ("vanilla", "speculative") and {r for _, r, _ in routes} == {pool}
+    moved = [task for task, _, reason in routes if reason == "host_shared"]
+    assert moved == [("chat" if pool == "speculative" else "code")] * 2
+    # what a request sets keeps its pool: an option only vanilla serves, a forced route
+    if pool == "speculative":
+        _, d = decider.decide(decider.parse(_chat(min_p=0.1)), LOADED)
+        assert (d.route, d.reason) == ("vanilla", "unsupported_option")
+    other = "vanilla" if pool == "speculative" else "speculative"
+    _, d = decider.decide(decider.parse(_chat(route=other)), LOADED)
+    assert (d.route, d.reason) == (other, "requested")
