@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import time
 
 import httpx
@@ -92,7 +93,13 @@ async def measure_app(url: str, app, args, rates: list[float] | None, model: str
                 context = long_context(args.long_tokens) if key.startswith("long@") else None
                 curves = await asyncio.to_thread(speedup_curves, url, context)
                 got["predicted_s"] = predicted_s(curves, int(key.split("@c")[1]))
+                # each pool's slowdown ρ and the load allocation after the cell (router/policy.py
+                # `allocate`); the same in every curve reply
+                got["host_sharing"] = next(iter(curves.values()), {}).get("host_sharing")
             print(f"{key:>14} {name:>24}: {_line(got)}", flush=True)
+            if got.get("host_sharing"):
+                print(f"{'':>14} {'':>24}  host sharing: {json.dumps(got['host_sharing'])}",
+                      flush=True)
 
     await cell("code@c1", lambda route: send(jobs("code", model, 1, route), args.code_requests,
                                              Load(concurrency=1)))
