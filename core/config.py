@@ -141,7 +141,8 @@ class RouterConfig(Strict):
         "which a request goes speculative once step times are measured.")
     hysteresis: float = Field(
         0.05, ge=0, description="A task type already routed speculative stays there until S "
-        "falls below min_speedup minus this.")
+        "falls below min_speedup minus this; the load allocation on a shared host changes only "
+        "when another predicts this share more tokens per second (router/policy.py `allocate`).")
     max_speculative_temperature: float = Field(
         0.7, ge=0, description="Requests sampled hotter than this go vanilla (acceptance falls "
         "with temperature), unless the pools measurably slow each other (one host) and the whole "
