@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 import time
 from typing import Awaitable, Callable, Iterable, Mapping, Protocol, get_args
 
@@ -46,6 +47,9 @@ from router.request import Limits, ParsedRequest, RequestParser, load_tokenizer
 
 logger = logging.getLogger("specserve.router")
 PINS = get_args(RequestedRoute)  # "auto", "speculative", "vanilla"
+# Least seconds between two changes of the load allocation (`RouteDecider._allocated`): four
+# board periods, so that a change is judged on step-time samples taken after it.
+ALLOCATION_HOLD_S = 4 * PUSH_PERIOD_S
 
 
 class PoolHealth:
@@ -306,6 +310,8 @@ class RouteDecider:
         self.load_mix = LoadMix()
         self.allocation: Allocation = "split"
         self.allocation_rates: dict[Allocation, float] = {}
+        self._allocated_at = -math.inf  # monotonic seconds of the last change of allocation
+        self.clock: Callable[[], float] = time.monotonic
         self._runtime_pin: str | None = None  # None: the config's router.pin
         self._pin_version = 0  # bumped by set_pin: a board read that spans it is stale
         self.arrivals = ArrivalCounter()  # offered load per class, for the autoscaling policy
@@ -445,12 +451,22 @@ class RouteDecider:
                    decision: RouteDecision, loads: Mapping[Route, PoolLoad]) -> RouteDecision:
         """`decision` (a per-request performance choice, `ALLOCATABLE`), moved to the pool the
         whole load runs faster on when the pools slow each other (`allocate`: reason
-        `host_shared`, S still told); unchanged while splitting the load wins."""
+        `host_shared`, S still told); unchanged while splitting the load wins.
+
+        An allocation holds for at least `ALLOCATION_HOLD_S`: the step times it was chosen from
+        change only with the board's samples (every `PUSH_PERIOD_S`), and each change leaves both
+        pools busy while the pool it left drains, so deciding again sooner would flap on the
+        noise of the moment's in-flight count."""
         tokens = (request.max_tokens or self.cfg.model.max_model_len - request.prompt_len)
         self.load_mix.observe(tokens * request.sequences, features.expected_tokens or 1.0,
                               decision.route == "speculative")
-        self.allocation, self.allocation_rates = allocate(
-            self.speedup_model, self.load_mix, loads, self.allocation, self.cfg.router.hysteresis)
+        now = self.clock()
+        if now - self._allocated_at >= ALLOCATION_HOLD_S:
+            allocation, self.allocation_rates = allocate(
+                self.speedup_model, self.load_mix, loads, self.allocation,
+                self.cfg.router.hysteresis)
+            if allocation != self.allocation:
+                self.allocation, self._allocated_at = allocation, now
         target = self.allocation
         if (target != "split" and target != decision.route and target in loads
                 and decision.may_run_on(target) and loads[target].available):

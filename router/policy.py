@@ -326,20 +326,26 @@ class SpeedupModel:
 
         A sample is seconds per decode step as a request lives it at a count of requests in the
         replica's engine (`core.stats.busy_window_samples`), filed at that pool's own batch,
-        and in `host_sharing` as taken while the other pool's engines had requests or not.
+        and in `host_sharing` as taken while the other pool's engines had requests or not; the
+        step-time model holds the pool's step alone, so a sample taken while the other pool was
+        busy enters it divided by the pool's slowdown ρ once ρ is measured.
         """
         busy = {pool: stats.engine.num_requests_running + stats.engine.num_requests_waiting > 0
                 for pool, stats in pools.items()}
         for pool, stats in pools.items():
             model = self.step_times.setdefault(
                 pool, StepTimeModel(max_batch=self.max_num_seqs.get(pool)))
-            fresh = [(batch, step_s) for replica, sample_id, batch, step_s in stats.step_samples
-                     if self._seen_samples.get(replica) != sample_id]
-            model.fold(stats.profile, stats.step_samples, self._seen_samples,
-                       stats.profile_context, stats.mean_context)
+            model.fold(stats.profile, (), self._seen_samples, stats.profile_context)
             other_busy = any(b for other, b in busy.items() if other != pool)
-            for batch, step_s in fresh:
+            for replica, sample_id, batch, step_s in stats.step_samples:
+                if self._seen_samples.get(replica) == sample_id:
+                    continue
+                self._seen_samples[replica] = sample_id
                 self.host_sharing.observe(pool, batch, step_s, other_busy, stats.mean_context)
+                # the model holds the pool's step time alone: a sample slowed by the other
+                # pool's work is divided by the measured slowdown (ρ ≈ 1 on separate accelerators)
+                rho = self.host_sharing.slowdown(pool) if other_busy else None
+                model.observe(batch, step_s / rho if rho else step_s, stats.mean_context)
 
     def expected_tokens(self, task: TaskType, temperature: float, context_tokens: float = 0
                         ) -> float:

@@ -165,3 +165,35 @@ def test_on_a_shared_host_the_load_goes_to_one_pool_and_says_why(decider):
     other = "vanilla" if pool == "speculative" else "speculative"
     _, d = decider.decide(decider.parse(_chat(route=other)), LOADED)
     assert (d.route, d.reason) == (other, "requested")
+
+
+def test_a_sample_taken_beside_a_busy_pool_enters_the_step_time_divided_by_its_slowdown():
+    model = SpeedupModel(4)
+
+    def snapshot(sample_id, v_step, spec_running):
+        return {"vanilla": PoolStats(replicas=1, step_samples=[("v0", sample_id, 4.0, v_step)]),
+                "speculative": PoolStats(replicas=1, engine=EngineStats(
+                    num_requests_running=spec_running))}
+
+    model.update_pools(snapshot(1, 0.010, spec_running=0))
+    model.update_pools(snapshot(2, 0.020, spec_running=2))  # ρ = 2 from this very sample
+    assert model.host_sharing.slowdown("vanilla") == pytest.approx(2.0)
+    assert model.step_time("vanilla", 4) == pytest.approx(0.010)  # the pool's step alone
+
+
+def test_an_allocation_holds_while_its_samples_are_young(decider):
+    from router.decider import ALLOCATION_HOLD_S
+    now = [0.0]
+    decider.clock = lambda: now[0]
+    _learn_rho(decider, 2.0)
+    _routes(decider, rounds=2)
+    first = decider.allocation
+    assert first != "split"
+    _learn_rho(decider, 1.0)  # the host stops slowing the pools (ρ's EWMA moves towards 1)
+    for _ in range(20):
+        _learn_rho(decider, 1.0)
+    _routes(decider, rounds=2)
+    assert decider.allocation == first  # within the hold
+    now[0] += ALLOCATION_HOLD_S
+    _routes(decider, rounds=2)
+    assert decider.allocation == "split"
