@@ -47,8 +47,8 @@ from router.request import Limits, ParsedRequest, RequestParser, load_tokenizer
 
 logger = logging.getLogger("specserve.router")
 PINS = get_args(RequestedRoute)  # "auto", "speculative", "vanilla"
-# Least seconds between two changes of the load allocation (`RouteDecider._allocated`): four
-# board periods, so that a change is judged on step-time samples taken after it.
+# Least seconds between two moves of the whole load from one pool to the other
+# (`RouteDecider._allocated`): four board periods, so a move is judged on samples taken after it.
 ALLOCATION_HOLD_S = 4 * PUSH_PERIOD_S
 
 
@@ -310,7 +310,9 @@ class RouteDecider:
         self.load_mix = LoadMix()
         self.allocation: Allocation = "split"
         self.allocation_rates: dict[Allocation, float] = {}
-        self._allocated_at = -math.inf  # monotonic seconds of the last change of allocation
+        # the pool the load last went to as a whole, and when (monotonic seconds)
+        self._pool_allocated: Allocation | None = None
+        self._allocated_at = -math.inf
         self.clock: Callable[[], float] = time.monotonic
         self._runtime_pin: str | None = None  # None: the config's router.pin
         self._pin_version = 0  # bumped by set_pin: a board read that spans it is stale
@@ -453,20 +455,26 @@ class RouteDecider:
         whole load runs faster on when the pools slow each other (`allocate`: reason
         `host_shared`, S still told); unchanged while splitting the load wins.
 
-        An allocation holds for at least `ALLOCATION_HOLD_S`: the step times it was chosen from
-        change only with the board's samples (every `PUSH_PERIOD_S`), and each change leaves both
-        pools busy while the pool it left drains, so deciding again sooner would flap on the
-        noise of the moment's in-flight count."""
+        The load moves from one pool to the other at most once per `ALLOCATION_HOLD_S`: the
+        step times it was chosen from change only with the board's samples (every
+        `PUSH_PERIOD_S`), and each move leaves both pools busy while the pool it left drains,
+        so moving back sooner would flap on the noise of the moment's in-flight count. Leaving a
+        pool for the split (the load drains) or taking one from it (a burst) is immediate: a
+        hold there would route the next burst by the drain's last request."""
         tokens = (request.max_tokens or self.cfg.model.max_model_len - request.prompt_len)
         self.load_mix.observe(tokens * request.sequences, features.expected_tokens or 1.0,
                               decision.route == "speculative")
         now = self.clock()
-        if now - self._allocated_at >= ALLOCATION_HOLD_S:
-            allocation, self.allocation_rates = allocate(
-                self.speedup_model, self.load_mix, loads, self.allocation,
-                self.cfg.router.hysteresis)
-            if allocation != self.allocation:
-                self.allocation, self._allocated_at = allocation, now
+        allocation, self.allocation_rates = allocate(
+            self.speedup_model, self.load_mix, loads, self.allocation, self.cfg.router.hysteresis)
+        if allocation == "split":
+            self.allocation = allocation
+        elif allocation != self._pool_allocated:  # the other pool: once per hold
+            if now - self._allocated_at >= ALLOCATION_HOLD_S:
+                self.allocation, self._pool_allocated, self._allocated_at = (allocation,
+                                                                              allocation, now)
+        else:
+            self.allocation = allocation
         target = self.allocation
         if (target != "split" and target != decision.route and target in loads
                 and decision.may_run_on(target) and loads[target].available):

@@ -181,19 +181,22 @@ def test_a_sample_taken_beside_a_busy_pool_enters_the_step_time_divided_by_its_s
     assert model.step_time("vanilla", 4) == pytest.approx(0.010)  # the pool's step alone
 
 
-def test_an_allocation_holds_while_its_samples_are_young(decider):
+def test_the_load_moves_to_the_other_pool_at_most_once_per_hold(decider):
     from router.decider import ALLOCATION_HOLD_S
     now = [0.0]
     decider.clock = lambda: now[0]
     _learn_rho(decider, 2.0)
     _routes(decider, rounds=2)
     first = decider.allocation
+    other = "vanilla" if first == "speculative" else "speculative"
     assert first != "split"
-    _learn_rho(decider, 1.0)  # the host stops slowing the pools (ρ's EWMA moves towards 1)
-    for _ in range(20):
-        _learn_rho(decider, 1.0)
+    # the other pool's steps turn out 4x faster: the load would move there at once
+    decider.speedup_model.step_times[other].load_profile({})
+    for _ in range(30):
+        decider.speedup_model.step_times[other].observe(4, (VANILLA if other == "vanilla"
+                                                            else SPECULATIVE)[1] / 4)
     _routes(decider, rounds=2)
     assert decider.allocation == first  # within the hold
     now[0] += ALLOCATION_HOLD_S
     _routes(decider, rounds=2)
-    assert decider.allocation == "split"
+    assert decider.allocation == other
