@@ -86,9 +86,14 @@ async def measure_app(url: str, app, args, rates: list[float] | None, model: str
         await warm_up(url, model, list(itertools.islice(jobs(wl, model, 99, route),
                                                         args.warmup)), 4)
 
+    order = list(app.systems.items())
+
     async def cell(key: str, make) -> None:
-        for name, route in app.systems.items():
-            cells.setdefault(key, {})[name] = got = await make(route)
+        # each cell starts with the next system: whatever the first system at a new level pays
+        # (a new batch shape, the previous cell's drain) falls on each in turn
+        cells[key] = dict.fromkeys(app.systems)  # the systems' own order in the results
+        for name, route in order:
+            cells[key][name] = got = await make(route)
             if name == "routed" and "@c" in key:  # the S the router priced this cell with
                 context = long_context(args.long_tokens) if key.startswith("long@") else None
                 curves = await asyncio.to_thread(speedup_curves, url, context)
@@ -100,6 +105,7 @@ async def measure_app(url: str, app, args, rates: list[float] | None, model: str
             if got.get("host_sharing"):
                 print(f"{'':>14} {'':>24}  host sharing: {json.dumps(got['host_sharing'])}",
                       flush=True)
+        order.append(order.pop(0))
 
     await cell("code@c1", lambda route: send(jobs("code", model, 1, route), args.code_requests,
                                              Load(concurrency=1)))

@@ -13,7 +13,8 @@ labeled prompts (bench/workload.py):
 3. "routed" (the first method): the two pools split the budget (N - N//2 vanilla, N//2
    speculative), every request `route: auto`; on the same application "forced-vanilla" and
    "forced-speculative" send every request to one of its pools (each has part of the budget),
-   interleaved level by level with routed so machine noise hits all three alike; a
+   interleaved level by level with routed so machine noise hits all three alike (each cell
+   starts with the next of them, so what the first system at a level pays rotates); a
    "machine" cell compares one pool busy alone with both pools busy at once; and the router's
    overhead against Ray Serve LLM's stock ingress on the same vanilla pool (bench/direct.py);
 4. "vllm-switch-xN": N speculative replicas with vLLM's `num_speculative_tokens_per_batch_size`
