@@ -236,17 +236,21 @@ class HostSharing:
         models.setdefault(pool, StepTimeModel(weight=self.weight)).observe(batch, step_s,
                                                                             context)
 
-    def slowdown(self, pool: str) -> float | None:
-        """ρ of `pool`: the geometric mean over the batch buckets sampled both ways of
-        shared / alone step time (None: no bucket sampled both ways yet)."""
+    def slowdown(self, pool: str, batch: float | None = None) -> float | None:
+        """ρ of `pool` at `batch` requests in its engine: shared / alone step time of that batch's
+        bucket when it was sampled both ways, else (or with no batch) the geometric mean over
+        the buckets that were (the frontend's share of a step, hence ρ, shrinks as the batch
+        grows); None: no bucket sampled both ways yet."""
         alone, shared = self._alone.get(pool), self._shared.get(pool)
         if alone is None or shared is None:
             return None
-        ratios = [shared._mean_s[b] / alone._mean_s[b]
-                  for b in alone._mean_s.keys() & shared._mean_s.keys()]
+        ratios = {b: shared._mean_s[b] / alone._mean_s[b]
+                  for b in alone._mean_s.keys() & shared._mean_s.keys()}
         if not ratios:
             return None
-        return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        if batch is not None and (b := _bucket_of(batch)) in ratios:
+            return ratios[b]
+        return math.exp(sum(math.log(r) for r in ratios.values()) / len(ratios))
 
     def slowdowns(self) -> dict[str, float]:
         """ρ of every pool known both ways."""

@@ -344,7 +344,7 @@ class SpeedupModel:
                 self.host_sharing.observe(pool, batch, step_s, other_busy, stats.mean_context)
                 # the model holds the pool's step time alone: a sample slowed by the other
                 # pool's work is divided by the measured slowdown (ρ ≈ 1 on separate accelerators)
-                rho = self.host_sharing.slowdown(pool) if other_busy else None
+                rho = self.host_sharing.slowdown(pool, batch) if other_busy else None
                 model.observe(batch, step_s / rho if rho else step_s, stats.mean_context)
 
     def expected_tokens(self, task: TaskType, temperature: float, context_tokens: float = 0
@@ -553,8 +553,8 @@ def allocate(model: SpeedupModel, mix: LoadMix, loads: Mapping[Route, PoolLoad],
     - split: the per-request rule's share f of the sequences goes speculative, n_s = f · n,
       n_v = n − n_s: n_v / (ρ'_v · T_v(n_v / r_v)) + n_s · E_f / (ρ'_s · T_s(n_s / r_s)), where
       ρ'_p = 1 + (ρ_p − 1) · P(both pools busy), P = 1 − f^n − (1 − f)^n, and ρ_p each pool's
-      measured slowdown while the other is busy (`core.step_time.HostSharing`; a pool not yet
-      measured takes the other's).
+      measured slowdown at its batch while the other is busy (`core.step_time.HostSharing`; a
+      pool not yet measured takes the other's).
 
     On separate accelerators ρ ≈ 1 and splitting keeps both at work, so split wins unless one
     pool alone is faster; on a shared host where two busy engines make less than one (ρ ≈ 2 on
@@ -566,17 +566,18 @@ def allocate(model: SpeedupModel, mix: LoadMix, loads: Mapping[Route, PoolLoad],
         and both pools' step times are known (the per-request rule alone, as before any
         measurement).
     """
-    rho = model.host_sharing.slowdowns()
-    if (not rho or not mix.known or "vanilla" not in loads or "speculative" not in loads
+    sharing = model.host_sharing
+    if (not sharing.slowdowns() or not mix.known or "vanilla" not in loads
+            or "speculative" not in loads
             or not all(model.step_time(p, 1) for p in ("vanilla", "speculative"))):
         return "split", {}
-    rho_v = rho.get("vanilla", rho.get("speculative"))
-    rho_s = rho.get("speculative", rho_v)
     van, spec = loads["vanilla"], loads["speculative"]
     r_v, r_s = max(van.replicas, 1), max(spec.replicas, 1)
     n = van.in_flight + spec.in_flight + 1
     f = mix.speculative_share
     n_s, n_v = f * n, (1.0 - f) * n
+    rho_v = sharing.slowdown("vanilla", n_v / r_v) or sharing.slowdown("speculative", n_s / r_s)
+    rho_s = sharing.slowdown("speculative", n_s / r_s) or rho_v
     both = 1.0 - f ** n - (1.0 - f) ** n
     rates: dict[Allocation, float] = {
         "vanilla": n / model.step_time("vanilla", n / r_v),

@@ -200,3 +200,13 @@ def test_the_load_moves_to_the_other_pool_at_most_once_per_hold(decider):
     now[0] += ALLOCATION_HOLD_S
     _routes(decider, rounds=2)
     assert decider.allocation == other
+
+
+def test_the_slowdown_is_read_at_the_batch_when_that_batch_was_sampled_both_ways():
+    sharing = HostSharing()
+    for batch, rho in ((2, 2.0), (64, 1.2)):
+        sharing.observe("vanilla", batch, 0.01 * batch, other_busy=False)
+        sharing.observe("vanilla", batch, 0.01 * batch * rho, other_busy=True)
+    assert sharing.slowdown("vanilla", 2) == pytest.approx(2.0)
+    assert sharing.slowdown("vanilla", 64) == pytest.approx(1.2)
+    assert sharing.slowdown("vanilla", 8) == pytest.approx((2.0 * 1.2) ** 0.5)  # not sampled
