@@ -143,6 +143,11 @@ class RouterConfig(Strict):
         0.05, ge=0, description="A task type already routed speculative stays there until S "
         "falls below min_speedup minus this; the load allocation on a shared host changes only "
         "when another predicts this share more tokens per second (router/policy.py `allocate`).")
+    allocate_load: bool = Field(
+        True, description="Once the pools are measured to slow each other (one host; "
+        "router/policy.py `allocate`), send the whole load to one pool when that predicts more "
+        "tokens per second than splitting it by request (reason `host_shared`). On separate "
+        "accelerators the slowdown measures ~1 and the split stands.")
     max_speculative_temperature: float = Field(
         0.7, ge=0, description="Requests sampled hotter than this go vanilla (acceptance falls "
         "with temperature), unless the pools measurably slow each other (one host) and the whole "

@@ -444,7 +444,7 @@ class RouteDecider:
             raise RequestError(400, str(e), e.param) from None
         if decision.reason in ("speculation_pays", "speculation_costs"):  # S chose the route
             self._last_auto_route[features.task] = decision.route
-        if decision.reason in ALLOCATABLE:
+        if decision.reason in ALLOCATABLE and router_cfg.allocate_load:
             decision = self._allocated(request, features, decision, loads)
         self._count_arrival(request, features, decision, router_cfg)
         return features, decision

@@ -210,3 +210,16 @@ def test_the_slowdown_is_read_at_the_batch_when_that_batch_was_sampled_both_ways
     assert sharing.slowdown("vanilla", 2) == pytest.approx(2.0)
     assert sharing.slowdown("vanilla", 64) == pytest.approx(1.2)
     assert sharing.slowdown("vanilla", 8) == pytest.approx((2.0 * 1.2) ** 0.5)  # not sampled
+
+
+def test_allocate_load_off_keeps_the_per_request_rule():
+    cfg = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH)
+    cfg = cfg.model_copy(update={"router": cfg.router.model_copy(update={"allocate_load": False})})
+    decider = RouteDecider(cfg, ["vanilla", "speculative"])
+    decider.speedup_model.update_pools({"vanilla": PoolStats(profile=VANILLA),
+                                        "speculative": PoolStats(profile=SPECULATIVE)})
+    _learn_rho(decider, 2.0)
+    routes = _routes(decider)
+    assert decider.allocation == "split" and all(r != "host_shared" for _, _, r in routes)
+    assert {task: route for task, route, _ in routes} == {"code": "speculative",
+                                                          "chat": "vanilla"}
