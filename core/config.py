@@ -144,15 +144,18 @@ class RouterConfig(Strict):
         "falls below min_speedup minus this; the load allocation on a shared host changes only "
         "when another predicts this share more tokens per second (router/policy.py `allocate`).")
     allocate_load: bool = Field(
-        True, description="Once the pools are measured to slow each other (one host; "
+        False, description="Once the pools are measured to slow each other (one host; "
         "router/policy.py `allocate`), send the whole load to one pool when that predicts more "
-        "tokens per second than splitting it by request (reason `host_shared`). On separate "
-        "accelerators the slowdown measures ~1 and the split stands.")
+        "tokens per second than splitting it by request (reason `host_shared`); the step-time "
+        "models then hold each pool's step alone. On separate accelerators the slowdown "
+        "measures ~1 and the split stands. Off by default: on our 2-core box it lost to the "
+        "per-request rule at concurrency 64 (0.88x against 1.25x the better forced pool, "
+        "bench/results/2026-12-06-tiny-hostshare-ab).")
     max_speculative_temperature: float = Field(
         0.7, ge=0, description="Requests sampled hotter than this go vanilla (acceptance falls "
-        "with temperature), unless the pools measurably slow each other (one host) and the whole "
-        "load runs faster on the speculative pool (router/policy.py `allocate`, reason "
-        "`host_shared`).")
+        "with temperature), unless `allocate_load` is on, the pools measurably slow each other "
+        "(one host) and the whole load runs faster on the speculative pool (router/policy.py "
+        "`allocate`, reason `host_shared`).")
 
 
 class ServerConfig(Strict):

@@ -289,6 +289,7 @@ class RouteDecider:
         self.speedup_model = SPEEDUP_MODELS[pricing](
             cfg.speculative.speculator.num_speculative_tokens,
             {p: getattr(cfg, p).max_num_seqs for p in self.pools})
+        self.speedup_model.alone_steps = cfg.router.allocate_load
         self.pressure = PressureTracker(board, replica_id,
                                         {p: cfg.initial_replicas(p) for p in self.pools})
         self.health, self.waker = health, waker

@@ -315,6 +315,9 @@ class SpeedupModel:
     acceptance: AcceptanceEstimator = None  # type: ignore[assignment]
     step_times: dict[str, StepTimeModel] = field(default_factory=dict)
     host_sharing: HostSharing = field(default_factory=HostSharing)
+    # the step-time models hold each pool's step alone (`update_pools`); False: every sample as
+    # measured (router.allocate_load off: the per-request rule exactly as before ρ was measured)
+    alone_steps: bool = True
     _seen_samples: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -328,7 +331,8 @@ class SpeedupModel:
         replica's engine (`core.stats.busy_window_samples`), filed at that pool's own batch,
         and in `host_sharing` as taken while the other pool's engines had requests or not; the
         step-time model holds the pool's step alone, so a sample taken while the other pool was
-        busy enters it divided by the pool's slowdown ρ once ρ is measured.
+        busy enters it divided by the pool's slowdown ρ once ρ is measured (unless
+        `alone_steps` is off).
         """
         busy = {pool: stats.engine.num_requests_running + stats.engine.num_requests_waiting > 0
                 for pool, stats in pools.items()}
@@ -344,7 +348,8 @@ class SpeedupModel:
                 self.host_sharing.observe(pool, batch, step_s, other_busy, stats.mean_context)
                 # the model holds the pool's step time alone: a sample slowed by the other
                 # pool's work is divided by the measured slowdown (ρ ≈ 1 on separate accelerators)
-                rho = self.host_sharing.slowdown(pool, batch) if other_busy else None
+                rho = (self.host_sharing.slowdown(pool, batch)
+                       if other_busy and self.alone_steps else None)
                 model.observe(batch, step_s / rho if rho else step_s, stats.mean_context)
 
     def expected_tokens(self, task: TaskType, temperature: float, context_tokens: float = 0

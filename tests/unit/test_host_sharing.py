@@ -104,10 +104,16 @@ def test_the_allocation_in_force_holds_within_the_margin():
     assert allocate(_model(1.0), mix, LOADED, current=other, margin=0.0)[0] == "split"
 
 
+def _config(allocate_load: bool) -> SpecserveConfig:
+    cfg = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH)
+    return cfg.model_copy(update={"router": cfg.router.model_copy(
+        update={"allocate_load": allocate_load})})
+
+
 @pytest.fixture
 def decider() -> RouteDecider:
-    decider = RouteDecider(SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH),
-                           ["vanilla", "speculative"])
+    """A decider with `router.allocate_load` on (off by default) and both pools profiled."""
+    decider = RouteDecider(_config(True), ["vanilla", "speculative"])
     decider.speedup_model.update_pools({"vanilla": PoolStats(profile=VANILLA),
                                         "speculative": PoolStats(profile=SPECULATIVE)})
     return decider
@@ -213,9 +219,8 @@ def test_the_slowdown_is_read_at_the_batch_when_that_batch_was_sampled_both_ways
 
 
 def test_allocate_load_off_keeps_the_per_request_rule():
-    cfg = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH)
-    cfg = cfg.model_copy(update={"router": cfg.router.model_copy(update={"allocate_load": False})})
-    decider = RouteDecider(cfg, ["vanilla", "speculative"])
+    decider = RouteDecider(SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH),  # the default: off
+                           ["vanilla", "speculative"])
     decider.speedup_model.update_pools({"vanilla": PoolStats(profile=VANILLA),
                                         "speculative": PoolStats(profile=SPECULATIVE)})
     _learn_rho(decider, 2.0)
@@ -223,3 +228,4 @@ def test_allocate_load_off_keeps_the_per_request_rule():
     assert decider.allocation == "split" and all(r != "host_shared" for _, _, r in routes)
     assert {task: route for task, route, _ in routes} == {"code": "speculative",
                                                           "chat": "vanilla"}
+    assert decider.speedup_model.alone_steps is False  # samples as measured, as before ρ
