@@ -45,6 +45,11 @@ def test_the_speedup_model_answers_at_a_temperature_and_refuses_a_bad_one(client
     greedy, hot = (client.get("/admin/speedup", params={"temperature": t}).json()
                    for t in (0, 1.0))
     assert (greedy["temperature"], hot["temperature"]) == (0.0, 1.0)
+    # the pools' measured slowdown beside each other, and the allocation: off by default, split
+    sharing = greedy["host_sharing"]
+    assert set(sharing) == {"slowdown", "allocation", "predicted_tokens_per_s",
+                            "speculative_share", "mix_expected_tokens"}, sharing
+    assert (sharing["allocation"], sharing["predicted_tokens_per_s"]) == ("split", {}), sharing
     for task in ("code", "creative"):  # the same batches; E[τ] from that temperature's counts
         batches = [[r["batch"] for r in c["tasks"][task]["curve"]] for c in (greedy, hot)]
         assert batches[0] == batches[1] and batches[0], batches

@@ -32,18 +32,21 @@ def test_slowdown_is_unknown_until_a_batch_is_sampled_both_ways():
     assert sharing.slowdown("speculative") is None
 
 
+def _snapshot(sample_id: int, v_step: float, spec_running: int) -> dict[str, PoolStats]:
+    """A board view: the vanilla replica's sample `sample_id` (batch 4, `v_step` seconds) while
+    the speculative pool's engine runs `spec_running` requests."""
+    return {"vanilla": PoolStats(replicas=1, step_samples=[("v0", sample_id, 4.0, v_step)]),
+            "speculative": PoolStats(replicas=1, engine=EngineStats(
+                num_requests_running=spec_running))}
+
+
 def test_samples_are_filed_by_whether_the_other_pools_engines_had_requests():
     model = SpeedupModel(4)
 
-    def snapshot(sample_id, v_step, spec_running):
-        return {"vanilla": PoolStats(replicas=1, step_samples=[("v0", sample_id, 4.0, v_step)]),
-                "speculative": PoolStats(replicas=1, engine=EngineStats(
-                    num_requests_running=spec_running))}
-
-    model.update_pools(snapshot(1, 0.010, spec_running=0))
-    model.update_pools(snapshot(1, 0.050, spec_running=3))  # the same sample again: not refiled
+    model.update_pools(_snapshot(1, 0.010, spec_running=0))
+    model.update_pools(_snapshot(1, 0.050, spec_running=3))  # the same sample again: not refiled
     assert model.host_sharing.slowdown("vanilla") is None
-    model.update_pools(snapshot(2, 0.015, spec_running=3))
+    model.update_pools(_snapshot(2, 0.015, spec_running=3))
     assert model.host_sharing.slowdown("vanilla") == pytest.approx(1.5)
 
 
@@ -59,14 +62,19 @@ def test_load_mix_weights_requests_by_tokens():
     assert mix.speculative_expected_tokens == pytest.approx(4.0)
 
 
+def _learn(sharing: HostSharing, rho: float) -> None:
+    """Both pools measured at batch 4 alone and `rho` times slower beside the other."""
+    for pool, steps in (("vanilla", VANILLA), ("speculative", SPECULATIVE)):
+        sharing.observe(pool, 4, steps[1], other_busy=False)
+        sharing.observe(pool, 4, steps[1] * rho, other_busy=True)
+
+
 def _model(rho: float | None) -> SpeedupModel:
     model = SpeedupModel(4)
     model.update_pools({"vanilla": PoolStats(profile=VANILLA),
                         "speculative": PoolStats(profile=SPECULATIVE)})
     if rho is not None:
-        for pool, steps in (("vanilla", VANILLA), ("speculative", SPECULATIVE)):
-            model.host_sharing.observe(pool, 4, steps[1], other_busy=False)
-            model.host_sharing.observe(pool, 4, steps[1] * rho, other_busy=True)
+        _learn(model.host_sharing, rho)
     return model
 
 
@@ -140,10 +148,7 @@ def _routes(decider: RouteDecider, rounds: int = 10) -> list[tuple[str, str, str
 
 
 def _learn_rho(decider: RouteDecider, rho: float) -> None:
-    sharing = decider.speedup_model.host_sharing
-    for pool, steps in (("vanilla", VANILLA), ("speculative", SPECULATIVE)):
-        sharing.observe(pool, 4, steps[1], other_busy=False)
-        sharing.observe(pool, 4, steps[1] * rho, other_busy=True)
+    _learn(decider.speedup_model.host_sharing, rho)
 
 
 def test_per_request_routing_stands_while_the_pools_do_not_slow_each_other(decider):
@@ -176,13 +181,8 @@ def test_on_a_shared_host_the_load_goes_to_one_pool_and_says_why(decider):
 def test_a_sample_taken_beside_a_busy_pool_enters_the_step_time_divided_by_its_slowdown():
     model = SpeedupModel(4)
 
-    def snapshot(sample_id, v_step, spec_running):
-        return {"vanilla": PoolStats(replicas=1, step_samples=[("v0", sample_id, 4.0, v_step)]),
-                "speculative": PoolStats(replicas=1, engine=EngineStats(
-                    num_requests_running=spec_running))}
-
-    model.update_pools(snapshot(1, 0.010, spec_running=0))
-    model.update_pools(snapshot(2, 0.020, spec_running=2))  # ρ = 2 from this very sample
+    model.update_pools(_snapshot(1, 0.010, spec_running=0))
+    model.update_pools(_snapshot(2, 0.020, spec_running=2))  # ρ = 2 from this very sample
     assert model.host_sharing.slowdown("vanilla") == pytest.approx(2.0)
     assert model.step_time("vanilla", 4) == pytest.approx(0.010)  # the pool's step alone
 
