@@ -15,7 +15,7 @@ import time
 import httpx
 
 from bench.report import TASKS, curve_at
-from bench.serve_client import Load, run_cell, sample_requests, warm_up
+from bench.serve_client import Block, Load, figures, run_block, sample_requests, warm_up
 from bench.summary import Slo, percentile
 from bench.workload import MEAN_OUTPUT_TOKENS, TEMPERATURE, Job, jobs, long_jobs
 from core import SpecserveConfig
@@ -61,10 +61,26 @@ def alternating(workload: str, model: str, seed: int, routes: tuple[str, ...]):
             yield next(s)
 
 
+def block_count(blocks: int, batch: list, load: Load) -> int:
+    """How many interleaved blocks a cell of `batch` requests is cut into: `blocks` (`--blocks`),
+    fewer where a block would hold under two requests per slot of a closed loop (`load`'s
+    concurrency; 1 for Poisson arrivals), so that each block still reaches its concurrency and
+    runs at it longer than it fills and drains; at least 1."""
+    slots = load.concurrency or 1
+    return max(1, min(blocks, len(batch) // (2 * slots)))
+
+
 async def measure_app(url: str, app, args, rates: list[float] | None, model: str, tokenizer,
                       machine: bool = False) -> dict:
     """Runs every cell for every system of `app` (a `bench.run.App`), the systems one after the
-    other within each cell; returns {cell: {system: figures}} (`bench.serve_client.run_cell`).
+    other within each cell; returns {cell: {system: figures}} (`bench.serve_client.figures`).
+
+    With `args.blocks` > 1 and several systems (the routed application's routed, forced-vanilla
+    and forced-speculative), each cell's requests are dealt into that many blocks (request i to
+    block i mod k, `block_count` caps k) and the systems take turns block by block (A B C, B C A,
+    C A B, ...), so that a drift of the machine's speed within the cell falls on every system
+    alike; each system's figures are then computed over all its blocks as one run, and
+    `blocks_tok_s` keeps each block's output tok/s (the report's block-by-block ratios).
 
     Args:
         rates: Poisson rates (req/s); None: fractions of the first system's measured capacity
@@ -77,10 +93,12 @@ async def measure_app(url: str, app, args, rates: list[float] | None, model: str
     cells: dict[str, dict] = {}
     wl = args.workload  # the sweep's, the Poisson cells' and the machine cell's prompts
 
-    async def send(source, n: int, load: Load) -> dict:
-        batch: list[Job] = list(itertools.islice(source, n))
-        return await run_cell(url, model, sample_requests(batch, tokenizer), load, slo,
-                              tokenizer, [j.task for j in batch])
+    def plan(source, n: int, load: Load) -> tuple[list[Job], Load]:
+        return list(itertools.islice(source, n)), load
+
+    async def send(batch: list[Job], load: Load) -> Block:
+        return await run_block(url, model, sample_requests(batch, tokenizer), load, slo,
+                               tokenizer, [j.task for j in batch])
 
     for route in app.systems.values():  # warm-up: compile shapes, learn acceptance
         await warm_up(url, model, list(itertools.islice(jobs(wl, model, 99, route),
@@ -90,46 +108,61 @@ async def measure_app(url: str, app, args, rates: list[float] | None, model: str
 
     async def cell(key: str, make) -> None:
         # each cell starts with the next system: whatever the first system at a new level pays
-        # (a new batch shape, the previous cell's drain) falls on each in turn
+        # (a new batch shape, the previous cell's drain) falls on each in turn; with blocks, the
+        # systems take turns block by block, each block starting with the next system again
         cells[key] = dict.fromkeys(app.systems)  # the systems' own order in the results
-        for name, route in order:
-            cells[key][name] = got = await make(route)
-            if name == "routed" and "@c" in key:  # the S the router priced this cell with
-                context = long_context(args.long_tokens) if key.startswith("long@") else None
-                curves = await asyncio.to_thread(speedup_curves, url, context)
-                got["predicted_s"] = predicted_s(curves, int(key.split("@c")[1]))
-                # each pool's slowdown ρ and the load allocation after the cell (router/policy.py
-                # `allocate`); the same in every curve reply
-                got["host_sharing"] = next(iter(curves.values()), {}).get("host_sharing")
+        plans = {name: make(route) for name, route in order}
+        k = block_count(getattr(args, "blocks", 1), *plans[order[0][0]]) if len(order) > 1 else 1
+        parts: dict[str, list[Block]] = {name: [] for name, _ in order}
+        for b in range(k):
+            for name, route in order[b % len(order):] + order[:b % len(order)]:
+                batch, load = plans[name]
+                parts[name].append(await send(batch[b::k], load))
+                if name == "routed" and "@c" in key and len(parts[name]) == k:
+                    # the S the router priced this cell with, right after its last block
+                    context = long_context(args.long_tokens) if key.startswith("long@") else None
+                    curves = await asyncio.to_thread(speedup_curves, url, context)
+                    priced = predicted_s(curves, int(key.split("@c")[1]))
+                    # each pool's slowdown ρ and the load allocation after the cell
+                    # (router/policy.py `allocate`); the same in every curve reply
+                    sharing = next(iter(curves.values()), {}).get("host_sharing")
+        for name, _ in order:
+            cells[key][name] = got = figures(parts[name], slo, tokenizer)
+            if k > 1:
+                got["blocks_tok_s"] = [round(p.result["output_throughput"], 1)
+                                       for p in parts[name]]
+            if name == "routed" and "@c" in key:
+                got["predicted_s"], got["host_sharing"] = priced, sharing
             print(f"{key:>14} {name:>24}: {_line(got)}", flush=True)
             if got.get("host_sharing"):
                 print(f"{'':>14} {'':>24}  host sharing: {json.dumps(got['host_sharing'])}",
                       flush=True)
         order.append(order.pop(0))
 
-    await cell("code@c1", lambda route: send(jobs("code", model, 1, route), args.code_requests,
+    await cell("code@c1", lambda route: plan(jobs("code", model, 1, route), args.code_requests,
                                              Load(concurrency=1)))
     for c in args.concurrency:
         n = max(args.min_requests, args.requests_per_slot * c)
-        await cell(f"{wl}@c{c}", lambda route, c=c, n=n: send(
+        await cell(f"{wl}@c{c}", lambda route, c=c, n=n: plan(
             jobs(wl, model, 2 + c, route), n, Load(concurrency=c)))
     for c in getattr(args, "heldout_concurrency", None) or []:  # the mix the router never saw
         if wl == "heldout":
             break
         n = max(args.min_requests, args.requests_per_slot * c)
-        await cell(f"heldout@c{c}", lambda route, c=c, n=n: send(
+        await cell(f"heldout@c{c}", lambda route, c=c, n=n: plan(
             jobs("heldout", model, 30 + c, route), n, Load(concurrency=c)))
     long_tokens = getattr(args, "long_tokens", 0)
     for c in getattr(args, "long_concurrency", None) or []:  # long contexts (core/step_time.py)
         n = max(args.min_requests, args.requests_per_slot * c)
-        await cell(f"long@c{c}", lambda route, c=c, n=n: send(
+        await cell(f"long@c{c}", lambda route, c=c, n=n: plan(
             long_jobs(model, tokenizer, long_tokens, 90 + c, route), n, Load(concurrency=c)))
     if machine:
         c = args.machine_concurrency
         n = max(args.min_requests, args.requests_per_slot * c)
         for name, routes in (("one-pool", ("vanilla",)),
                              ("both-pools", ("vanilla", "speculative"))):
-            got = await send(alternating(wl, model, 70, routes), n, Load(concurrency=c))
+            got = figures([await send(*plan(alternating(wl, model, 70, routes), n,
+                                            Load(concurrency=c)))], slo, tokenizer)
             cells.setdefault(f"machine@c{c}", {})[name] = got
             print(f"machine@c{c:<6} {name:>24}: {_line(got)}", flush=True)
     if not args.poisson_requests:  # --poisson-requests 0: no Poisson cells
@@ -141,7 +174,7 @@ async def measure_app(url: str, app, args, rates: list[float] | None, model: str
         rates = [round(f * capacity, 2) for f in RATE_FRACTIONS]
         cells["poisson_rates_req_s"] = rates
     for j, rate in enumerate(rates):
-        await cell(f"poisson@{rate:.2f}", lambda route, rate=rate, j=j: send(
+        await cell(f"poisson@{rate:.2f}", lambda route, rate=rate, j=j: plan(
             jobs(wl, model, 50 + j, route), args.poisson_requests,
             Load(rate_req_s=rate, seed=j)))
     return cells

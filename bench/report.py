@@ -73,7 +73,8 @@ def write_report(results: dict, out: Path) -> None:
              f"Command: `{results['command']}`  ", f"Machine: {results['machine']}  ",
              f"Client: {results.get('client', 'own')}; engines: "
              f"{results.get('engines', 'see command')}"
-             f"{', seeded per round' if results.get('engine_seed') else ''}; rounds: {rounds} "
+             f"{', seeded per round' if results.get('engine_seed') else ''}; rounds: {rounds}"
+             f"{_blocks_said(results.get('blocks', 1))} "
              "(figures: median "
              f"[min-max] over the rounds; ratios taken round by round)  ",
              f"Wall time: {results.get('wall_s', 0):.0f} s; application start times: {starts}  ",
@@ -113,6 +114,7 @@ def write_report(results: dict, out: Path) -> None:
                   f"{_shown(r, 'tpot_p99_ms')} | {_mix(r)} |" for s, r in cells[key].items()]
     lines += _cpu(cells)
     lines += _spreads(cells)
+    lines += _blocks(cells)
     lines += _speedup_curve(results.get("speedup_curve"))
     lines += _predicted_vs_realized(results, cells, sweep)
     if long and results.get("speedup_curves_long"):
@@ -371,6 +373,35 @@ def _spreads(cells: dict) -> list[str]:
                 "median)", "", "Widest per system: " + ", ".join(
                     f"{s} ±{w:.0%} ({key})" for s, (w, key) in widest.items()),
             "", "Beyond the target: " + (", ".join(beyond) or "none")]
+
+
+def _blocks_said(blocks: int) -> str:
+    """The header's note on `--blocks` ("" for whole cells)."""
+    return "" if blocks <= 1 else (f"; the routed application's cells in up to {blocks} "
+                                   "interleaved blocks (see 'Interleaved blocks')")
+
+
+def _blocks(cells: dict) -> list[str]:
+    """The routed application's interleaved blocks (`bench.run --blocks`, bench/cells.py): per
+    cell, routed / the better forced pool (by the cell's median) block by block, median
+    [min-max] over every block of every round, beside the same ratio over whole cells (round
+    by round, as the targets take it). Blocks of one turn ran seconds apart, so their ratio
+    carries the machine's fast noise but not its drift over minutes."""
+    forced = ["forced-vanilla", "forced-speculative"]
+    rows = []
+    for key, row in cells.items():
+        got = _ratio(row, "routed", forced)
+        if not got or not all(r.get("blocks_tok_s") for r in row["routed"]):
+            continue
+        per_block = [a / b for x, y in zip(row["routed"], row[got[1]])
+                     for a, b in zip(x["blocks_tok_s"], y["blocks_tok_s"]) if b]
+        k = len(row["routed"][0]["blocks_tok_s"])
+        rows.append(f"| {key} | {k} | {fmt(per_block, 2)} | {fmt(got[0], 2)} | {got[1]} |")
+    if not rows:
+        return []
+    return ["", "## Interleaved blocks: routed / better forced pool", "",
+            "| cell | blocks a round | block by block | whole cells, round by round | against |",
+            "|---|---|---|---|---|", *rows]
 
 
 def _speedup_curve(curve: dict | None) -> list[str]:

@@ -278,9 +278,14 @@ def main(argv: list[str] | None = None) -> int:
                           warmup_help="warm-up requests per system")
     p.add_argument("--no-switch", action="store_true", help="skip vLLM's batch-size switch")
     p.add_argument("--repeats", type=int, default=3, help="rounds over every application")
+    p.add_argument("--blocks", type=int, default=1, help="the routed application's cells cut "
+                   "into this many blocks, its systems taking turns block by block (at most a "
+                   "block per two requests per slot; bench/cells.py `block_count`)")
     p.add_argument("--quick", action="store_true", help="a ~10 minute smoke run: 2 levels, "
                    "few requests, first method only, eager engines, one round")
     args = p.parse_args(argv)
+    if args.blocks < 1:
+        p.error(f"--blocks: must be at least 1, got {args.blocks}")
     if args.quick:
         args.concurrency, args.requests_per_slot, args.min_requests = [1, 8], 1, 4
         args.heldout_concurrency, args.long_concurrency = [8], [8]
@@ -318,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
                      "client": "vllm.benchmarks.serve", "repeats": args.repeats,
                      "engines": "eager" if args.eager else "compiled",
                      "engine_seed": "the round's index (0, 1, ...; bench/run.py `seeded`)",
-                     "workload": args.workload}
+                     "workload": args.workload, "blocks": args.blocks}
     results["budget"] = budget
     tokenizer = get_tokenizer(resolve_path(base.model.path))
     first, k = methods[0], base.speculative.speculator.num_speculative_tokens

@@ -43,7 +43,8 @@ from vllm.benchmarks.lib.endpoint_request_func import (ASYNC_REQUEST_FUNCS, Requ
                                                        RequestFuncOutput,
                                                        async_request_openai_chat_completions,
                                                        async_request_openai_completions)
-from vllm.benchmarks.serve import TaskType, benchmark, fetch_spec_decode_metrics
+from vllm.benchmarks.serve import (TaskType, benchmark, calculate_metrics,
+                                   fetch_spec_decode_metrics)
 
 from bench.machine import busy_cores, cpu_seconds
 from bench.summary import Slo, percentile
@@ -135,6 +136,99 @@ async def reset_prefix_caches(client: httpx.AsyncClient, tries: int = 10) -> dic
     return r.json()
 
 
+@dataclass
+class Block:
+    """One call of vLLM's client within a cell, with what specserve reads around it.
+
+    Attributes:
+        result: `vllm.benchmarks.serve.benchmark`'s return value (per-request lists included).
+        requests: the `SampleRequest`s it sent, in order.
+        tasks: each request's task type (None: not split by task).
+        routes: `specserve_requests_total` increments during the block, by (route, task, reason).
+        cpu: CPU seconds per part of the stack spent during the block (`bench.machine`).
+        wall_s: wall seconds from before the first request to after the last answer.
+        spec: the `fetch_spec_decode_metrics` readings (before, after); None entries where no
+            pool drafts.
+    """
+
+    result: dict
+    requests: list[SampleRequest]
+    tasks: list[str] | None
+    routes: Counter
+    cpu: dict[str, float]
+    wall_s: float
+    spec: tuple
+
+
+async def run_block(url: str, model: str, requests: list[SampleRequest], load: Load, slo: Slo,
+                    tokenizer, tasks: list[str] | None = None) -> Block:
+    """Sends `requests` to the application at `url` with vLLM's client and reads the route
+    counters, the CPU and the acceptance counters around it. Every engine's prefix cache is
+    dropped first (`reset_prefix_caches`)."""
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client, \
+            aiohttp.ClientSession() as session:
+        await reset_prefix_caches(client)
+        routes0, spec0 = await route_counts(client), await fetch_spec_decode_metrics(url, session)
+        cpu0, t0 = cpu_seconds(), time.perf_counter()
+        r = await _benchmark(url, model, requests, load, slo, tokenizer)
+        cpu1, wall = cpu_seconds(), time.perf_counter() - t0
+        routes = await route_counts(client) - routes0
+        await asyncio.sleep(SETTLE_S)
+        spec1 = await fetch_spec_decode_metrics(url, session)
+    cpu = {kind: cpu1[kind] - cpu0.get(kind, 0.0) for kind in cpu1}
+    return Block(r, list(requests), tasks, routes, cpu, wall, (spec0, spec1))
+
+
+def figures(blocks: list[Block], slo: Slo, tokenizer) -> dict:
+    """A cell's figures (`summary`) from one or more blocks of it, as if one run: one block's
+    figures are vLLM's own; several blocks' requests are pooled and vLLM's `calculate_metrics`
+    recomputes throughput (their output tokens over the sum of their durations), percentiles
+    and goodput over all of them; route counts and acceptance counts are summed, CPU seconds
+    divided by the blocks' total wall time.
+
+    Raises:
+        ValueError: `blocks` is empty.
+    """
+    if not blocks:
+        raise ValueError("figures: no blocks")
+    r = blocks[0].result if len(blocks) == 1 else merged_result(blocks, slo, tokenizer)
+    tasks = None if any(b.tasks is None for b in blocks) else [t for b in blocks for t in b.tasks]
+    cpu_s: Counter = Counter()
+    for b in blocks:
+        cpu_s.update(b.cpu)
+    cpu = busy_cores({}, dict(cpu_s), sum(b.wall_s for b in blocks))
+    return summary(r, sum((b.routes for b in blocks), Counter()), cpu, tasks,
+                   acceptance_sum([b.spec for b in blocks]))
+
+
+def merged_result(blocks: list[Block], slo: Slo | None, tokenizer) -> dict:
+    """The keys of `benchmark`'s result that `summary` reads, over every block's requests:
+    vLLM's `calculate_metrics` on their outputs (rebuilt from each result's per-request lists)
+    with the blocks' durations summed (the gaps between blocks are not load time)."""
+    outputs, requests = [], []
+    for b in blocks:
+        r = b.result
+        for i, err in enumerate(r["errors"]):
+            outputs.append(RequestFuncOutput(
+                generated_text=r["generated_texts"][i], success=not err and r["output_lens"][i] > 0,
+                latency=r["latencies"][i], output_tokens=r["output_lens"][i], ttft=r["ttfts"][i],
+                itl=list(r["itls"][i]), prompt_len=r["input_lens"][i], error=err,
+                start_time=r["start_times"][i]))
+        requests += b.requests
+    goodput = {} if slo is None else {"ttft": 1000 * slo.ttft_s, "tpot": 1000 * slo.tpot_s}
+    duration = sum(b.result["duration"] for b in blocks)
+    with contextlib.redirect_stdout(io.StringIO()):
+        m, lens = calculate_metrics(requests, outputs, duration, tokenizer, PERCENTILES, goodput)
+    out = {"duration": duration, "failed": m.failed, "output_throughput": m.output_throughput,
+           "request_goodput": m.request_goodput if goodput else None, "output_lens": lens,
+           "errors": [o.error for o in outputs], "latencies": [o.latency for o in outputs],
+           "ttfts": [o.ttft for o in outputs]}
+    for metric in ("ttft", "tpot", "itl"):
+        for q, value in getattr(m, f"percentiles_{metric}_ms"):
+            out[f"p{int(q) if int(q) == q else q}_{metric}_ms"] = value
+    return out
+
+
 async def run_cell(url: str, model: str, requests: list[SampleRequest], load: Load, slo: Slo,
                    tokenizer, tasks: list[str] | None = None) -> dict:
     """Sends `requests` to the application at `url` with vLLM's client; returns the cell's figures.
@@ -151,29 +245,29 @@ async def run_cell(url: str, model: str, requests: list[SampleRequest], load: Lo
         machine, `bench.machine.busy_cores`), load_avg_1m at the end, first_error. Every
         engine's prefix cache is dropped first (`reset_prefix_caches`).
     """
-    async with httpx.AsyncClient(base_url=url, timeout=60) as client, \
-            aiohttp.ClientSession() as session:
-        await reset_prefix_caches(client)
-        routes0, spec0 = await route_counts(client), await fetch_spec_decode_metrics(url, session)
-        cpu0, t0 = cpu_seconds(), time.perf_counter()
-        r = await _benchmark(url, model, requests, load, slo, tokenizer)
-        cpu = busy_cores(cpu0, cpu_seconds(), time.perf_counter() - t0)
-        routes = await route_counts(client) - routes0
-        await asyncio.sleep(SETTLE_S)
-        spec1 = await fetch_spec_decode_metrics(url, session)
-    return summary(r, routes, cpu, tasks, acceptance(spec0, spec1))
+    return figures([await run_block(url, model, requests, load, slo, tokenizer, tasks)], slo,
+                   tokenizer)
 
 
 def acceptance(before, after) -> dict | None:
     """Acceptance between two `fetch_spec_decode_metrics` readings, as `vllm bench serve` prints
     it: acceptance rate (%) = accepted / draft tokens, mean acceptance length = 1 + accepted /
     drafts; None when no pool drafted in between."""
-    if before is None or after is None or after.num_drafts <= before.num_drafts:
+    return acceptance_sum([(before, after)])
+
+
+def acceptance_sum(readings: list[tuple]) -> dict | None:
+    """`acceptance` over several (before, after) pairs of readings, their increments summed."""
+    drafts = tokens = accepted = 0
+    for before, after in readings:
+        if before is None or after is None or after.num_drafts <= before.num_drafts:
+            continue
+        drafts += after.num_drafts - before.num_drafts
+        tokens += after.num_draft_tokens - before.num_draft_tokens
+        accepted += after.num_accepted_tokens - before.num_accepted_tokens
+    if not drafts:
         return None
-    drafts = after.num_drafts - before.num_drafts
-    accepted = after.num_accepted_tokens - before.num_accepted_tokens
-    return {"acceptance_rate": round(100 * accepted / max(
-                after.num_draft_tokens - before.num_draft_tokens, 1), 2),
+    return {"acceptance_rate": round(100 * accepted / max(tokens, 1), 2),
             "mean_acceptance_length": round(1 + accepted / drafts, 3), "num_drafts": drafts}
 
 
