@@ -1,7 +1,7 @@
 """`python -m bench.run`: routed vs every single configuration, at the same accelerator budget.
 
     python -m bench.run [--out DIR] [--methods ngram draft_model ...] [--repeats 3] [--quick]
-                        [--eager]
+                        [--eager] [--blocks K]
 
 Every system gets the same accelerators: `--budget` replicas of one accelerator each (on CPU a
 replica owns one core, deployments/cores.py; default: this machine's cores). One application at a
@@ -14,7 +14,8 @@ labeled prompts (bench/workload.py):
    speculative), every request `route: auto`; on the same application "forced-vanilla" and
    "forced-speculative" send every request to one of its pools (each has part of the budget),
    interleaved level by level with routed so machine noise hits all three alike (each cell
-   starts with the next of them, so what the first system at a level pays rotates); a
+   starts with the next of them, so what the first system at a level pays rotates; with
+   `--blocks K` the three take turns within each cell too, in up to K blocks, bench/cells.py); a
    "machine" cell compares one pool busy alone with both pools busy at once; and the router's
    overhead against Ray Serve LLM's stock ingress on the same vanilla pool (bench/direct.py);
 4. "vllm-switch-xN": N speculative replicas with vLLM's `num_speculative_tokens_per_batch_size`

@@ -142,3 +142,17 @@ def test_the_report_gives_routed_over_the_better_forced_pool_block_by_block():
     assert not any("mixed@c8" in line for line in lines)
     assert _blocks({"mixed@c8": cells_["mixed@c8"]}) == []
     assert _blocks_said(1) == "" and "up to 4 interleaved blocks" in _blocks_said(4)
+
+
+def test_host_noise_reports_each_loop_against_its_median_and_refuses_bad_flags(capsys):
+    from bench.host_noise import describe, main
+
+    lines = describe({"compute": [100.0, 98.0, 102.0], "llc_27MiB": [80.0, 100.0, 60.0, 100.0]})
+    assert lines[0].startswith("compute      3 samples, median     100.0/s, [0.98-1.02]x")
+    assert lines[0].endswith("0 more than 10% below it")
+    assert "median      90.0/s, [0.67-1.11]x the median; 2 more than 10% below it" in lines[1]
+    for argv, named in ((["--seconds", "0"], "--seconds: must be positive"),
+                        (["--core", "4096"], "--core: 4096 is not one of this process's cores")):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2 and named in capsys.readouterr().err
