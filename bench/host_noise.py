@@ -81,8 +81,8 @@ def describe(rates: dict[str, list[float]]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.host_noise", description=__doc__.split(
-        "\n\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seconds", type=float, default=120.0)
+        "\n\n")[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seconds", type=float, default=120.0, help="how long in all (default 120)")
     p.add_argument("--core", type=int, default=None, help="pin to this core (default: any)")
     p.add_argument("--json", type=Path, help="write the per-second rates here")
     args = p.parse_args(argv)
