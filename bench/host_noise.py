@@ -3,8 +3,8 @@
     python -m bench.host_noise [--seconds 120] [--core 1] [--json FILE]
 
 A served benchmark's spread is the machine's before it is specserve's. One thread (pinned to
-`--core` when given) times, for `--seconds`, three loops one second each in turn: **compute** (a 256 x 256
-float32 matmul, in the core's own L2), **last-level cache** (a sum over an array the size of the
+`--core` when given) times, for `--seconds`, three loops one second each in turn: **compute**
+(a 256 x 256 float32 matmul, in the core's own L2), **last-level cache** (a sum over an array the size of the
 tiny target's weights, 27 MiB float32: what its engine reads every decode step) and **DRAM** (a
 sum over 400 MiB). It prints each loop's rate per second as its median, its [min-max] as
 multiples of the median and how many samples fell more than 10% below it (`--json`: every

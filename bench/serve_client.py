@@ -240,10 +240,11 @@ async def run_cell(url: str, model: str, requests: list[SampleRequest], load: Lo
         requests, errors, wall_s, output_tok_s, goodput_req_s, slo_attainment, ttft / tpot / itl
         p50 and p99 (ms), tpot_p50_ms_by_task, route_mix {route: n}, route_mix_by_task
         {task: {route: n}}, route_reasons {"route/reason": n} (the router's reasons: the
-        `reason` label of `specserve_requests_total`, the values `x-specserve-reason` carries), acceptance (`acceptance`: acceptance_rate in %,
-        mean_acceptance_length, num_drafts; None when no pool drafted), cpu (cores busy per part of the stack and the
-        machine, `bench.machine.busy_cores`), load_avg_1m at the end, first_error. Every
-        engine's prefix cache is dropped first (`reset_prefix_caches`).
+        `reason` label of `specserve_requests_total`, the values `x-specserve-reason` carries),
+        acceptance (`acceptance`: acceptance_rate in %, mean_acceptance_length, num_drafts;
+        None when no pool drafted), cpu (cores busy per part of the stack and the machine,
+        `bench.machine.busy_cores`), load_avg_1m at the end, first_error. Every engine's
+        prefix cache is dropped first (`reset_prefix_caches`).
     """
     return figures([await run_block(url, model, requests, load, slo, tokenizer, tasks)], slo,
                    tokenizer)
