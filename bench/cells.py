@@ -63,11 +63,17 @@ def alternating(workload: str, model: str, seed: int, routes: tuple[str, ...]):
 
 def block_count(blocks: int, batch: list, load: Load) -> int:
     """How many interleaved blocks a cell of `batch` requests is cut into: `blocks` (`--blocks`),
-    fewer where a block would hold under two requests per slot of a closed loop (`load`'s
-    concurrency; 1 for Poisson arrivals), so that each block still reaches its concurrency and
-    runs at it longer than it fills and drains; at least 1."""
-    slots = load.concurrency or 1
-    return max(1, min(blocks, len(batch) // (2 * slots)))
+    fewer where a block of a closed loop would hold under two requests per slot (`load`'s
+    concurrency), at least 1; a Poisson cell (no concurrency) is never cut: its arrival process
+    is seeded, and cut short it would replay the same gaps in every block without reaching the
+    rate's steady load. Each block fills and drains on its own: with two requests per slot a
+    closed loop spends a good part of a block below its concurrency (measured on the tiny
+    default at c16, 2026-12-06: every system's tok/s 7-12% below whole cells,
+    bench/results/2026-12-06-tiny-blocks-ab/), so compare blocked systems with each other, not
+    with systems measured in whole cells."""
+    if load.concurrency is None:
+        return 1
+    return max(1, min(blocks, len(batch) // (2 * load.concurrency)))
 
 
 async def measure_app(url: str, app, args, rates: list[float] | None, model: str, tokenizer,
@@ -76,9 +82,9 @@ async def measure_app(url: str, app, args, rates: list[float] | None, model: str
     other within each cell; returns {cell: {system: figures}} (`bench.serve_client.figures`).
 
     With `args.blocks` > 1 and several systems (the routed application's routed, forced-vanilla
-    and forced-speculative), each cell's requests are dealt into that many blocks (request i to
-    block i mod k, `block_count` caps k) and the systems take turns block by block (A B C, B C A,
-    C A B, ...), so that a drift of the machine's speed within the cell falls on every system
+    and forced-speculative), each closed-loop cell's requests are dealt into that many blocks
+    (request i to block i mod k, `block_count` caps k; Poisson and machine cells stay whole) and
+    the systems take turns block by block (A B C, B C A, C A B, ...), so that a drift of the machine's speed within the cell falls on every system
     alike; each system's figures are then computed over all its blocks as one run, and
     `blocks_tok_s` keeps each block's output tok/s (the report's block-by-block ratios).
 

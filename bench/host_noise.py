@@ -4,7 +4,7 @@
 
 A served benchmark's spread is the machine's before it is specserve's. One thread (pinned to
 `--core` when given) times, for `--seconds`, three loops one second each in turn: **compute** (a
-256 x 256 float32 matmul, in the core's own L2), **last-level cache** (a sum over an array the
+256 x 256 float32 matmul, under 1 MiB with its result), **last-level cache** (a sum over an array the
 size of the tiny target's weights, 27 MiB float32: what its engine reads every decode step) and
 **DRAM** (a sum over 400 MiB). It prints each loop's rate per second as its median, its
 [min-max] as multiples of the median and how many samples fell more than 10% below it (`--json`:
@@ -44,7 +44,8 @@ def loops() -> dict:
 
 
 def measure(seconds: float, core: int | None) -> dict[str, list[float]]:
-    """Units per second of each loop, one sample per loop per second, for `seconds` in total.
+    """Units per second of each loop, one one-second sample of each per turn (a turn takes
+    about 3 s), turns until `seconds` have passed (the last may overrun by a turn).
 
     Raises:
         OSError: `core` is not one this process may run on.

@@ -377,16 +377,18 @@ def _spreads(cells: dict) -> list[str]:
 
 def _blocks_said(blocks: int) -> str:
     """The header's note on `--blocks` ("" for whole cells)."""
-    return "" if blocks <= 1 else (f"; the routed application's cells in up to {blocks} "
-                                   "interleaved blocks (see 'Interleaved blocks')")
+    return "" if blocks <= 1 else (f"; the routed application's closed-loop cells in up to "
+                                   f"{blocks} interleaved blocks (see 'Interleaved blocks'; "
+                                   "each block fills and drains on its own: compare its "
+                                   "systems with each other, not with the single systems)")
 
 
 def _blocks(cells: dict) -> list[str]:
     """The routed application's interleaved blocks (`bench.run --blocks`, bench/cells.py): per
     cell, routed / the better forced pool (by the cell's median) block by block, median
-    [min-max] over every block of every round, beside the same ratio over whole cells (round
-    by round, as the targets take it). Blocks of one turn ran seconds apart, so their ratio
-    carries the machine's fast noise but not its drift over minutes."""
+    [min-max] over every block of every round, beside the same ratio over each round's pooled
+    blocks (round by round, as the targets take it). Blocks of one turn ran seconds apart, so
+    their ratio carries the machine's fast noise but not its drift over minutes."""
     forced = ["forced-vanilla", "forced-speculative"]
     rows = []
     for key, row in cells.items():
@@ -400,7 +402,7 @@ def _blocks(cells: dict) -> list[str]:
     if not rows:
         return []
     return ["", "## Interleaved blocks: routed / better forced pool", "",
-            "| cell | blocks a round | block by block | whole cells, round by round | against |",
+            "| cell | blocks a round | block by block | pooled blocks, round by round | against |",
             "|---|---|---|---|---|", *rows]
 
 

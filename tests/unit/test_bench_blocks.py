@@ -2,6 +2,7 @@
 the order the systems take turns in, and a cell's figures computed over its blocks as one run."""
 
 import asyncio
+import itertools
 import types
 from collections import Counter
 
@@ -10,8 +11,9 @@ import pytest
 from vllm.benchmarks.serve import SpecDecodeMetrics
 
 from bench import cells
-from bench.serve_client import Block, Load, figures, merged_result
+from bench.serve_client import Block, Load, figures, merged_result, sample_requests
 from bench.summary import Slo
+from bench.workload import jobs
 
 SLO = Slo(ttft_s=0.2, tpot_s=0.012)
 
@@ -71,17 +73,18 @@ def test_a_cells_figures_sum_routes_acceptance_and_cpu_over_its_blocks():
 @pytest.mark.parametrize("blocks, n, load, want", [
     (4, 64, Load(concurrency=4), 4), (4, 64, Load(concurrency=16), 2),
     (4, 16, Load(concurrency=16), 1), (1, 512, Load(concurrency=4), 1),
-    (8, 40, Load(rate_req_s=2.0), 8), (3, 1, Load(concurrency=1), 1)])
-def test_a_block_holds_at_least_two_requests_per_slot(blocks, n, load, want):
+    (8, 40, Load(rate_req_s=2.0), 1), (3, 1, Load(concurrency=1), 1)])
+def test_a_block_holds_at_least_two_requests_per_slot_and_poisson_cells_stay_whole(
+        blocks, n, load, want):
     assert cells.block_count(blocks, [None] * n, load) == want
 
 
 def test_the_systems_take_turns_block_by_block(monkeypatch):
-    sent: list[tuple[str, list[int]]] = []
+    sent: list[tuple[str, list[str]]] = []
 
     async def run_block(url, model, requests, load, slo, tokenizer, tasks):
         route = requests[0].request_overrides["route"]
-        sent.append((route, [len(r.prompt) for r in requests]))
+        sent.append((route, [r.prompt for r in requests]))
         return vllm_block([0.1] * len(requests), [10] * len(requests), 0.01,
                           duration=1.0 + len(sent), tasks=tasks)
 
@@ -90,12 +93,11 @@ def test_the_systems_take_turns_block_by_block(monkeypatch):
 
     monkeypatch.setattr(cells, "run_block", run_block)
     monkeypatch.setattr(cells, "warm_up", nothing)
-    priced_after: list[int] = []  # requests sent when the router's S was read
-
-    def speedup_curves(url, context=None):
-        priced_after.append(len(sent))
-        return {}
+    def speedup_curves(url, context=None):  # tagged with the blocks sent when it was read
+        return {"0.0": {"sent": len(sent), "host_sharing": {"sent": len(sent)}}}
     monkeypatch.setattr(cells, "speedup_curves", speedup_curves)
+    monkeypatch.setattr(cells, "predicted_s",
+                        lambda curves, batch: {"sent": curves["0.0"]["sent"], "batch": batch})
     app = types.SimpleNamespace(systems={"routed": "auto", "forced-vanilla": "vanilla",
                                          "forced-speculative": "speculative"})
     args = types.SimpleNamespace(ttft_slo_ms=1000, tpot_slo_ms=50, workload="mixed", warmup=0,
@@ -109,18 +111,21 @@ def test_the_systems_take_turns_block_by_block(monkeypatch):
                           "speculative", "auto", "vanilla"]
     # the next cell starts with the next system; blocks of 12 requests at c2: 3
     assert routes[9:12] == ["vanilla", "speculative", "auto"] and len(sent) == 18
-    # each system's blocks deal the same requests: i to block i mod k, all sent once
-    code = {route: [n for r, ns in sent[:9] if r == route for n in ns] for route in
-            ("auto", "vanilla", "speculative")}
-    assert len(set(map(tuple, map(sorted, code.values())))) == 1 and len(code["auto"]) == 6
+    # each system's cell deals its requests: request i to block i mod 3, each sent once
+    for route in ("auto", "vanilla", "speculative"):
+        full = [r.prompt for r in sample_requests(itertools.islice(jobs("code", "m", 1, route),
+                                                                   6))]
+        assert [ps for r, ps in sent[:9] if r == route] == [full[0::3], full[1::3], full[2::3]]
     row = got["code@c1"]
     assert list(row) == ["routed", "forced-vanilla", "forced-speculative"]
     assert row["routed"]["requests"] == 6 and len(row["routed"]["blocks_tok_s"]) == 3
     # one run of 6 x 10 tokens over the three blocks' durations
     durations = [1.0 + i for i, (r, _) in enumerate(sent[:9], 1) if r == "auto"]
     assert row["routed"]["output_tok_s"] == pytest.approx(60 / sum(durations), abs=0.05)
-    # the S it priced the cell with: read right after routed's last block (the 8th sent)
-    assert priced_after[0] == 8 and set(row["routed"]["predicted_s"]) == set(cells.TASKS)
+    # the S it priced the cell with and ρ: read right after routed's last block (the 8th sent)
+    assert row["routed"]["predicted_s"] == {"sent": 8, "batch": 1}
+    assert row["routed"]["host_sharing"] == {"sent": 8}
+    assert "predicted_s" not in row["forced-vanilla"]
     assert len(got["mixed@c2"]["routed"]["blocks_tok_s"]) == 3
 
 
