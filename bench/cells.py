@@ -81,12 +81,13 @@ async def measure_app(url: str, app, args, rates: list[float] | None, model: str
     """Runs every cell for every system of `app` (a `bench.run.App`), the systems one after the
     other within each cell; returns {cell: {system: figures}} (`bench.serve_client.figures`).
 
-    With `args.blocks` > 1 and several systems (the routed application's routed, forced-vanilla
-    and forced-speculative), each closed-loop cell's requests are dealt into that many blocks
+    With `args.blocks` > 1 and several systems (the routed application's routed, forced-vanilla and
+    forced-speculative), each closed-loop cell's requests are dealt into that many blocks
     (request i to block i mod k, `block_count` caps k; Poisson and machine cells stay whole) and
-    the systems take turns block by block (A B C, B C A, C A B, ...), so that a drift of the machine's speed within the cell falls on every system
-    alike; each system's figures are then computed over all its blocks as one run, and
-    `blocks_tok_s` keeps each block's output tok/s (the report's block-by-block ratios).
+    the systems take turns block by block (A B C, B C A, C A B, ...), so that a drift of the
+    machine's speed within the cell falls on every system alike; each system's figures are then
+    computed over all its blocks as one run, and `blocks_tok_s` keeps each block's output tok/s
+    (the report's block-by-block ratios).
 
     Args:
         rates: Poisson rates (req/s); None: fractions of the first system's measured capacity

@@ -4,13 +4,13 @@
 
 A served benchmark's spread is the machine's before it is specserve's. One thread (pinned to
 `--core` when given) times, for `--seconds`, three loops one second each in turn: **compute** (a
-256 x 256 float32 matmul, under 1 MiB with its result), **last-level cache** (a sum over an array the
-size of the tiny target's weights, 27 MiB float32: what its engine reads every decode step) and
-**DRAM** (a sum over 400 MiB). It prints each loop's rate per second as its median, its
-[min-max] as multiples of the median and how many samples fell more than 10% below it (`--json`:
-every sample). Where the host shares the last-level cache and memory bus with other tenants, the
-two memory loops dip while compute holds, and the engines' speed (the tiny target's working set
-is its 27 MiB of weights) moves with them.
+256 x 256 float32 matmul, under 1 MiB with its result), **last-level cache** (a sum over an
+array the size of the tiny target's weights, 27 MiB float32: what its engine reads every decode
+step) and **DRAM** (a sum over 400 MiB). It prints each loop's rate per second as its median,
+its [min-max] as multiples of the median and how many samples fell more than 10% below it
+(`--json`: every sample). Where the host shares the last-level cache and memory bus with other
+tenants, the two memory loops dip while compute holds, and the engines' speed (the tiny target's
+working set is its 27 MiB of weights) moves with them.
 Measured on the 2-core AMD EPYC virtual machine of 2026-12-06, idle, 90 s on core 1: compute
 0.98-1.01x its median, 27 MiB sweep 0.81-1.04x, DRAM 0.94-1.03x (`host_noise.json` in
 bench/results/2026-12-06-tiny-blocks-ab/; a first probe of 120 s there: 0.93-1.02x, 0.77-1.06x,
