@@ -160,6 +160,11 @@ class Block:
     spec: tuple
 
 
+def goodput_config(slo: Slo | None) -> dict[str, float]:
+    """vLLM's `goodput_config_dict` for `slo`: {"ttft": ms, "tpot": ms}; {} without an SLO."""
+    return {} if slo is None else {"ttft": 1000 * slo.ttft_s, "tpot": 1000 * slo.tpot_s}
+
+
 async def run_block(url: str, model: str, requests: list[SampleRequest], load: Load, slo: Slo,
                     tokenizer, tasks: list[str] | None = None) -> Block:
     """Sends `requests` to the application at `url` with vLLM's client and reads the route
@@ -215,7 +220,7 @@ def merged_result(blocks: list[Block], slo: Slo | None, tokenizer) -> dict:
                 itl=list(r["itls"][i]), prompt_len=r["input_lens"][i], error=err,
                 start_time=r["start_times"][i]))
         requests += b.requests
-    goodput = {} if slo is None else {"ttft": 1000 * slo.ttft_s, "tpot": 1000 * slo.tpot_s}
+    goodput = goodput_config(slo)
     duration = sum(b.result["duration"] for b in blocks)
     with contextlib.redirect_stdout(io.StringIO()):
         m, lens = calculate_metrics(requests, outputs, duration, tokenizer, PERCENTILES, goodput)
@@ -291,7 +296,7 @@ async def _benchmark(url: str, model: str, requests: list[SampleRequest], load: 
     """`vllm.benchmarks.serve.benchmark` on `requests` (its printed table kept off stdout);
     without a tokenizer vLLM computes no TTFT / TPOT / ITL percentiles."""
     np.random.seed(load.seed)
-    goodput = {} if slo is None else {"ttft": 1000 * slo.ttft_s, "tpot": 1000 * slo.tpot_s}
+    goodput = goodput_config(slo)
     with contextlib.redirect_stdout(io.StringIO()):
         return await benchmark(
             task_type=TaskType.GENERATION, endpoint_type=ENDPOINT_TYPE,
