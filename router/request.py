@@ -185,7 +185,7 @@ def validate_request(body, prompt_len: int, limits: Limits) -> None:
         raise RequestError(400, "stream_options: only allowed with stream: true", "stream_options")
     field = "max_completion_tokens" if chat and body.max_completion_tokens is not None \
         else "max_tokens"
-    max_tokens = getattr(body, field)
+    max_tokens = _field(body, field)
     if max_tokens is not None and max_tokens < 1:
         raise RequestError(400, f"{field}: must be at least 1, got {max_tokens}", field)
     if prompt_len >= limits.max_model_len:
@@ -224,7 +224,14 @@ def _check_prompt(prompt, vocab_size: int | None) -> None:
 def max_tokens(body) -> int | None:
     """The request's output-token limit: `max_completion_tokens` (chat) or `max_tokens`; None
     when unset (the engine's limit applies)."""
-    return getattr(body, "max_completion_tokens", None) or body.max_tokens
+    return getattr(body, "max_completion_tokens", None) or _field(body, "max_tokens")
+
+
+def _field(body, name: str):
+    """A request model's field as sent, read without its deprecation warning: vLLM marks chat's
+    `max_tokens` deprecated in favour of `max_completion_tokens` (a pydantic descriptor that
+    warns on every attribute read) while the OpenAI API still accepts it."""
+    return body.__dict__.get(name)
 
 
 def load_tokenizer(model_path: str) -> Tokenizer | None:

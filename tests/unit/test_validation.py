@@ -97,3 +97,22 @@ def test_chat_bounds_max_completion_tokens_against_the_context():
     assert e.value.param == "max_completion_tokens"
     assert "at most 1019" in e.value.message
     validate_request(chat, 4, LIMITS)
+
+
+def test_chat_max_tokens_is_read_without_its_deprecation_warning():
+    """vLLM deprecates chat's `max_tokens` (a warning per read); the OpenAI API still takes it,
+    and the router reads it as sent, silently, for every chat request."""
+    import warnings
+
+    from router.request import max_tokens
+
+    chat = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}],
+                                 max_tokens=1020)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        with pytest.raises(RequestError) as e:
+            validate_request(chat, 5, LIMITS)
+        assert max_tokens(chat) == 1020
+    assert e.value.param == "max_tokens" and "at most 1019" in e.value.message
+    with pytest.warns(DeprecationWarning):  # what the router no longer does
+        chat.max_tokens
