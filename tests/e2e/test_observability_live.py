@@ -41,6 +41,11 @@ pytestmark = [pytest.mark.serve,
 WINDOW_S = 180
 WINDOW = f"{WINDOW_S // 60}m"
 SETTLE_S = 120  # Ray's export lags the traffic by up to ~10-20 s
+# How long Ray's export may take to show a pool's vLLM series, or the traffic's increments (it
+# shows them within ~10-20 s here).
+EXPORT_S = 300
+# vLLM's per-pool TTFT count through Ray's export: it moves when a request of that pool finishes.
+VLLM_COUNT = "sum by (deployment) (ray_vllm_time_to_first_token_seconds_count)"
 MAX_TOKENS = 24
 CAP = 32  # tests/session_app.py MAX_IN_FLIGHT_PER_REPLICA: one replica per pool
 PNG_DIR = os.environ.get("SPECSERVE_PANELS_PNG_DIR")
@@ -105,6 +110,56 @@ def _errors_and_overload(client: httpx.Client, model: str) -> None:
                 r.close()
 
 
+def _vllm_counts(prometheus: LocalPrometheus) -> dict[str, float]:
+    """{pool: requests vLLM's TTFT histogram has counted} as Prometheus holds it now."""
+    return {r["metric"].get("deployment", ""): float(r["value"][1])
+            for r in prometheus.query(VLLM_COUNT)}
+
+
+def _baseline(server: str, model: str, prometheus: LocalPrometheus) -> dict[str, float]:
+    """One request to each pool, then waits until Prometheus holds both pools' vLLM series
+    (`VLLM_COUNT`); returns their counts. A rate needs two samples that differ, so each series
+    must be there before the traffic. Without this, a burst shorter than a few of Ray's 5 s
+    scrapes could pass before Prometheus held any sample of a pool's series (seen here: the
+    fixture's first query found none), and if Ray's scrapes also fail under the burst's load the
+    series first appear with the whole burst counted, every later sample equal, each vLLM ratio
+    and quantile NaN: our reading of a CI run of 2026-12-06 (nine vLLM panels NaN through the
+    120 s after the traffic, every other panel sane); its log held no scrape history to confirm
+    it, which `_export_state` now prints.
+
+    Raises:
+        AssertionError: the series are not there within `EXPORT_S` (with Ray's export state).
+    """
+    t0 = time.time()
+    with httpx.Client(base_url=server, timeout=120) as c:
+        for route in ("vanilla", "speculative"):
+            r = c.post("/v1/completions", json={"model": model, "prompt": "def add(a, b):",
+                                                 "max_tokens": 4, "route": route})
+            assert r.status_code == 200, r.text
+    deadline = time.monotonic() + EXPORT_S
+    while {"vanilla", "speculative"} - set(counts := _vllm_counts(prometheus)):
+        assert time.monotonic() < deadline, (
+            f"Ray's export showed no vLLM series of some pool within {EXPORT_S} s: {counts}\n"
+            f"{_export_state(prometheus, t0 - 30, time.time())}")
+        time.sleep(2)
+    return counts
+
+
+def _export_state(prometheus: LocalPrometheus, start: float, end: float) -> str:
+    """Ray's metrics export as Prometheus saw it from `start` to `end` (unix s), for a failure
+    message: the Ray target's health, last error and scrape duration, and at a 5 s step whether
+    each scrape succeeded, how long it took, how many samples it held and `VLLM_COUNT`."""
+    ray = [{k: t.get(k) for k in ("health", "lastError", "lastScrape", "lastScrapeDuration")}
+           for t in prometheus.targets() if t["labels"].get("job") == "ray"]
+    lines = [f"Ray target now: {ray}"]
+    for expr in ('up{job="ray"}', 'scrape_duration_seconds{job="ray"}',
+                 'scrape_samples_scraped{job="ray"}', VLLM_COUNT):
+        for r in png.query_range(prometheus.url, expr, start, end, 5):
+            values = " ".join(f"{float(v):.3g}" for _, v in r["values"])
+            lines.append(f"{expr} {r['metric'].get('deployment', '')}: {values}")
+    return "\n".join(lines)
+
+
 def _queries() -> dict[str, tuple[str, str]]:
     """{id: (expr, unit)} of every panel query (but the autoscaling policy's: this app runs
     without it; tests/e2e/test_autoscaling_live.py checks those) and both sides of every rule."""
@@ -141,6 +196,7 @@ def test_every_panel_and_rule_has_sane_series_in_a_real_prometheus(server, clien
                                                                    serve_config, tmp_path):
     model = serve_config.model.served_model_name
     t0 = time.time()
+    before = _baseline(server, model, prometheus)
     for round_ in range(PNG_ROUNDS if PNG_DIR else 1):
         if round_:
             time.sleep(60)
@@ -150,9 +206,25 @@ def test_every_panel_and_rule_has_sane_series_in_a_real_prometheus(server, clien
             _errors_and_overload(client, model)
             _mixed_traffic(server, model, n=12)  # both pools serve again after the overload
 
+    # Ray's export shows the traffic's vLLM increments for both pools before any panel is read
+    # (it lags the traffic by 10-20 s here): until then each vLLM rate is flat.
+    done = time.monotonic()
+    while True:
+        now = _vllm_counts(prometheus)
+        moved = all(now.get(p, 0.0) > before.get(p, 0.0) for p in ("vanilla", "speculative"))
+        if moved or time.monotonic() > done + EXPORT_S:
+            break
+        time.sleep(5)
+    print(f"Ray's export showed the traffic {time.monotonic() - done:.0f} s after it: "
+          f"{before} -> {now}\n{_export_state(prometheus, t0 - 30, time.time())}")
+    assert moved, (f"Ray's export of vLLM's metrics did not show the traffic within {EXPORT_S} s: "
+                   f"{VLLM_COUNT} {before} -> {now}\n"
+                   f"{_export_state(prometheus, t0 - 30, time.time())}")
+
     queries = _queries()
     results, bad = wait_sane(prometheus, queries, SETTLE_S)
     assert not bad, (f"{len(bad)} of {len(queries)} queries not sane: {bad}\n"
+                     f"{_export_state(prometheus, t0 - 30, time.time())}\n"
                      f"metric names in Prometheus: {prometheus.metric_names()}")
     for k, result in results.items():  # for the log: what each query returned
         print(f"{k}: " + ", ".join(
