@@ -275,10 +275,10 @@ class SpecserveIngress(AdminEndpoints, OpenAiIngress):
 
     async def health(self) -> Response:
         """Readiness, and each pool's state: `{"status", "pools": {pool: {"replicas",
-        "starting_replicas", "in_flight", "lossless_sampling"}}}`.
+        "initial_replicas", "in_flight", "lossless_sampling"}}}`.
 
         503 with status "starting" until every pool's engines are up: the StatsBoard lists as many
-        replicas of each pool as it starts with (`starting_replicas`: its `num_replicas`, or
+        replicas of each pool as it starts with (`initial_replicas`: its `num_replicas`, or
         autoscaling's `initial_replicas` / `min_replicas`); a replica reports only once its engine
         serves. 200 with status "ok" from then on while the ingress runs: a pool that loses
         replicas later shows it in `replicas` (live, engine up), and its requests go to the other
@@ -288,7 +288,7 @@ class SpecserveIngress(AdminEndpoints, OpenAiIngress):
         live = self._pressure.reported_replicas()
         wanted = {pool: self._cfg.initial_replicas(pool) for pool in live}
         self._ready = self._ready or all(live[p] >= n for p, n in wanted.items())
-        pools = {p: {"replicas": live[p], "starting_replicas": wanted[p],
+        pools = {p: {"replicas": live[p], "initial_replicas": wanted[p],
                      "in_flight": load.in_flight, "lossless_sampling": load.lossless_sampling}
                  for p, load in self._pressure.loads().items()}
         return JSONResponse({"status": "ok" if self._ready else "starting", "pools": pools},

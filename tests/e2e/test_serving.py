@@ -279,15 +279,15 @@ def test_health_says_ok_only_once_every_pools_engines_are_up(client, serve_confi
 
     ready = False
     for status, body in HEALTH_AT_START:
-        up = all(p["replicas"] >= p["starting_replicas"] for p in body["pools"].values())
+        up = all(p["replicas"] >= p["initial_replicas"] for p in body["pools"].values())
         ready = ready or up
         assert (status, body["status"]) == ((200, "ok") if ready else (503, "starting")), body
     r = client.get("/health")
     pools = r.json()["pools"]
     assert (r.status_code, r.json()["status"]) == (200, "ok")
-    assert {p: v["starting_replicas"] for p, v in pools.items()} == {
+    assert {p: v["initial_replicas"] for p, v in pools.items()} == {
         p: serve_config.initial_replicas(p) for p in ("vanilla", "speculative")}
-    assert all(v["replicas"] >= v["starting_replicas"] for v in pools.values()), pools
+    assert all(v["replicas"] >= v["initial_replicas"] for v in pools.values()), pools
 
 
 def test_models_lists_the_served_model_as_openai_model_objects(client):
