@@ -230,8 +230,11 @@ def max_tokens(body) -> int | None:
 def _field(body, name: str):
     """A request model's field as sent, read without its deprecation warning: vLLM marks chat's
     `max_tokens` deprecated in favour of `max_completion_tokens` (a pydantic descriptor that
-    warns on every attribute read) while the OpenAI API still accepts it."""
-    return body.__dict__.get(name)
+    warns on every attribute read) while the OpenAI API still accepts it. A pydantic model keeps
+    its field values in the instance dict; any other body is read as an attribute. (vLLM's own
+    chat path still reads it, in the pool replica's process.)"""
+    stored = vars(body)
+    return stored[name] if name in stored else getattr(body, name, None)
 
 
 def load_tokenizer(model_path: str) -> Tokenizer | None:

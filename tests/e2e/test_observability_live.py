@@ -117,30 +117,35 @@ def _vllm_counts(prometheus: LocalPrometheus) -> dict[str, float]:
 
 
 def _baseline(server: str, model: str, prometheus: LocalPrometheus) -> dict[str, float]:
-    """One request to each pool, then waits until Prometheus holds both pools' vLLM series
-    (`VLLM_COUNT`); returns their counts. A rate needs two samples that differ, so each series
-    must be there before the traffic. Without this, a burst shorter than a few of Ray's 5 s
-    scrapes could pass before Prometheus held any sample of a pool's series (seen here: the
-    fixture's first query found none), and if Ray's scrapes also fail under the burst's load the
-    series first appear with the whole burst counted, every later sample equal, each vLLM ratio
-    and quantile NaN: our reading of a CI run of 2026-12-06 (nine vLLM panels NaN through the
-    120 s after the traffic, every other panel sane); its log held no scrape history to confirm
-    it, which `_export_state` now prints.
+    """One greedy request to each pool, then waits until Prometheus holds both pools' vLLM
+    series (`VLLM_COUNT`) with those requests counted; returns the counts. A rate needs two
+    samples that differ, so each series must be there before the traffic. Without this, a burst
+    shorter than a few of Ray's 5 s scrapes could pass before Prometheus held any sample of a
+    pool's series (seen here: the fixture's first query found none), and if Ray's scrapes also
+    fail under the burst's load the series first appear with the whole burst counted, every
+    later sample equal, each vLLM ratio and quantile NaN: our reading of a CI run of 2026-12-06
+    (nine vLLM panels NaN through the 120 s after the traffic, every other panel sane); its log
+    held no scrape history to confirm it, which `_export_state` now prints.
 
     Raises:
-        AssertionError: the series are not there within `EXPORT_S` (with Ray's export state).
+        AssertionError: the counts do not move within `EXPORT_S` (with Ray's export state).
     """
     t0 = time.time()
+    pre = _vllm_counts(prometheus)
     with httpx.Client(base_url=server, timeout=120) as c:
         for route in ("vanilla", "speculative"):
             r = c.post("/v1/completions", json={"model": model, "prompt": "def add(a, b):",
-                                                 "max_tokens": 4, "route": route})
+                                                 "max_tokens": 4, "temperature": 0,
+                                                 "route": route})
             assert r.status_code == 200, r.text
     deadline = time.monotonic() + EXPORT_S
-    while {"vanilla", "speculative"} - set(counts := _vllm_counts(prometheus)):
+    # Each pool's count past what it was before these two requests: they are in it, so what
+    # moves it next is the traffic.
+    while not all((counts := _vllm_counts(prometheus)).get(p, 0.0) > pre.get(p, 0.0)
+                  for p in ("vanilla", "speculative")):
         assert time.monotonic() < deadline, (
-            f"Ray's export showed no vLLM series of some pool within {EXPORT_S} s: {counts}\n"
-            f"{_export_state(prometheus, t0 - 30, time.time())}")
+            f"Ray's export did not show a request of each pool within {EXPORT_S} s: "
+            f"{pre} -> {counts}\n{_export_state(prometheus, t0 - 30, time.time())}")
         time.sleep(2)
     return counts
 
