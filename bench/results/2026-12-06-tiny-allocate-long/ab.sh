@@ -1,7 +1,7 @@
 #!/bin/bash
 # router.allocate_load on (alloc) against off (rule, the default) at mixed@c16, where the long
 # cells of bench/results/2026-12-06-tiny-long-cells put routed below forced-speculative in every
-# round; whole cells of >= 60 s per system, one round a run, alternating alloc, rule, alloc, rule.
+# round; whole cells of about a minute per system, one round a run, alternating alloc, rule, alloc, rule.
 set -u
 cd "$(dirname "$0")/../../.."
 export SPECSERVE_MODELS_DIR=${SPECSERVE_MODELS_DIR:-~/.cache/specserve/models}

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Issue 28's next lead: cells long enough to average the shared cache's noise. Whole cells of
-# >= 60 s per system (c4 320 requests, c16 512, machine@c16 512; code@c1 100 requests), three
+# about a minute per system (c4 320 requests, c16 512, machine@c16 512; code@c1 100 requests), three
 # rounds in one run (each round a fresh application), against the earlier whole cells of 8-18 s
 # (bench/results/2026-12-06-tiny-blocks-ab/b1-*).
 set -u

@@ -1,4 +1,4 @@
-"""Long whole cells (this folder's long/, >= 60 s per system) against the short whole cells of
+"""Long whole cells (this folder's long/, 51-82 s per system) against the short whole cells of
 bench/results/2026-12-06-tiny-blocks-ab/b1-* (8-18 s per system), the same default config.
 
     python summary.py
@@ -36,12 +36,12 @@ def fmt_tok(v):
 
 
 sides = {"short (8-18 s)": rounds(sorted(short_dir.glob("b1-*/results.json"))),
-         "long (>= 60 s)": rounds([here / "long" / "results.json"])}
-cells = [c for c in sides["long (>= 60 s)"] if c in sides["short (8-18 s)"]]
+         "long (51-82 s)": rounds([here / "long" / "results.json"])}
+cells = [c for c in sides["long (51-82 s)"] if c in sides["short (8-18 s)"]]
 print("| cell | figure | " + " | ".join(f"{s}, per round" for s in sides) + " |")
 print("|---|---|---|---|")
 for cell in cells:
-    systems = list(sides["long (>= 60 s)"][cell][0])
+    systems = list(sides["long (51-82 s)"][cell][0])
     for s in systems:
         cols = [fmt_tok([r[s]["output_tok_s"] for r in sides[side][cell]]) for side in sides]
         secs = [statistics.median(r[s]["wall_s"] for r in sides[side][cell]) for side in sides]
