@@ -138,14 +138,26 @@ def _baseline(server: str, model: str, prometheus: LocalPrometheus) -> dict[str,
                                                  "max_tokens": 4, "temperature": 0,
                                                  "route": route})
             assert r.status_code == 200, r.text
-    deadline = time.monotonic() + EXPORT_S
     # Each pool's count past what it was before these two requests: they are in it, so what
     # moves it next is the traffic.
-    while not all((counts := _vllm_counts(prometheus)).get(p, 0.0) > pre.get(p, 0.0)
+    return _counted_past(prometheus, pre, "a request of each pool", t0)
+
+
+def _counted_past(prometheus: LocalPrometheus, ref: dict[str, float], what: str, t0: float
+                  ) -> dict[str, float]:
+    """Polls `_vllm_counts` every 2 s until both pools' counts exceed `ref` (a missing series
+    counts as 0); returns them.
+
+    Raises:
+        AssertionError: not within `EXPORT_S`, naming `what` Ray's export did not show, with its
+            state since `t0` - 30 s.
+    """
+    deadline = time.monotonic() + EXPORT_S
+    while not all((counts := _vllm_counts(prometheus)).get(p, 0.0) > ref.get(p, 0.0)
                   for p in ("vanilla", "speculative")):
         assert time.monotonic() < deadline, (
-            f"Ray's export did not show a request of each pool within {EXPORT_S} s: "
-            f"{pre} -> {counts}\n{_export_state(prometheus, t0 - 30, time.time())}")
+            f"Ray's export did not show {what} within {EXPORT_S} s: {VLLM_COUNT} {ref} -> "
+            f"{counts}\n{_export_state(prometheus, t0 - 30, time.time())}")
         time.sleep(2)
     return counts
 
@@ -214,17 +226,9 @@ def test_every_panel_and_rule_has_sane_series_in_a_real_prometheus(server, clien
     # Ray's export shows the traffic's vLLM increments for both pools before any panel is read
     # (it lags the traffic by 10-20 s here): until then each vLLM rate is flat.
     done = time.monotonic()
-    while True:
-        now = _vllm_counts(prometheus)
-        moved = all(now.get(p, 0.0) > before.get(p, 0.0) for p in ("vanilla", "speculative"))
-        if moved or time.monotonic() > done + EXPORT_S:
-            break
-        time.sleep(5)
+    now = _counted_past(prometheus, before, "the traffic", t0)
     print(f"Ray's export showed the traffic {time.monotonic() - done:.0f} s after it: "
           f"{before} -> {now}\n{_export_state(prometheus, t0 - 30, time.time())}")
-    assert moved, (f"Ray's export of vLLM's metrics did not show the traffic within {EXPORT_S} s: "
-                   f"{VLLM_COUNT} {before} -> {now}\n"
-                   f"{_export_state(prometheus, t0 - 30, time.time())}")
 
     queries = _queries()
     results, bad = wait_sane(prometheus, queries, SETTLE_S)
