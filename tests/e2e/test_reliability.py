@@ -108,6 +108,9 @@ BAD = [  # (id, path, body (or raw bytes), status, param)
     ("chat_max_completion_tokens_beyond_context", "/v1/chat/completions",
      {"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
       "max_completion_tokens": 5000}, 400, "max_completion_tokens"),
+    ("chat_max_tokens_beyond_context", "/v1/chat/completions",  # deprecated in vLLM, still OpenAI's
+     {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5000}, 400,
+     "max_tokens"),
     ("body_too_large", "/v1/completions", {"model": MODEL, "prompt": "x" * (2 << 20)}, 413, None),
 ]
 
