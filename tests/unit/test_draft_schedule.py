@@ -73,3 +73,47 @@ def test_smoothing_keeps_one_noisy_point_from_choosing_gamma():
     best_draft_length(ALPHAS, outlier)  # a usable profile (a step time <= 0 would raise)
     falling = smooth_step_times({1: {0: 2.0, 4: 1.0}})[1]  # noise cannot make drafts free
     assert falling[0] == falling[4] == pytest.approx(1.5)
+
+
+class _FakeEngine:
+    """vLLM's LLMEngine as `closed_loop` drives it: add_request / step / has_unfinished_requests.
+    Request i needs i % 3 + 1 steps; each step advances every request in flight by one."""
+
+    def __init__(self):
+        self.left, self.most_in_flight, self.order, self.in_flight = {}, 0, [], []
+
+    def add_request(self, request_id, prompt, params):
+        self.left[request_id] = int(request_id) % 3 + 1
+        self.order.append((request_id, prompt["prompt_token_ids"][0]))
+        self.most_in_flight = max(self.most_in_flight, len(self.left))
+
+    def has_unfinished_requests(self):
+        return bool(self.left)
+
+    def step(self):
+        from types import SimpleNamespace as NS
+        out = []
+        self.in_flight.append(len(self.left))
+        for rid in list(self.left):
+            self.left[rid] -= 1
+            done = self.left[rid] == 0
+            if done:
+                del self.left[rid]
+            out.append(NS(request_id=rid, finished=done,
+                          outputs=[NS(token_ids=(int(rid),) * 2)]))
+        return out
+
+
+def test_closed_loop_keeps_its_slots_full_and_answers_every_request_in_order():
+    from bench.draft_length import closed_loop
+
+    engine = _FakeEngine()
+    prompts = [[10], [11], [12], [13]]
+    outs = closed_loop(engine, prompts, slots=3, requests=10, params=None)
+    assert outs == [[i, i] for i in range(10)]
+    assert engine.most_in_flight == 3  # never more than the slots
+    # A slot is refilled as soon as its request ends: every step runs 3 until the last
+    # request is sent (requests of 1, 2, 3, 1, 2, 3, ... steps), then the loop drains.
+    assert engine.in_flight == [3, 3, 3, 3, 3, 3, 1]
+    assert [p for _, p in engine.order] == [10 + i % 4 for i in range(10)]
+    assert closed_loop(_FakeEngine(), prompts, slots=8, requests=2, params=None) == [[0, 0], [1, 1]]
