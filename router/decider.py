@@ -486,10 +486,11 @@ class RouteDecider:
                        decision: RouteDecision, router_cfg) -> None:
         """Counts the request for the autoscaling policy (core/arrivals.py): its class may go
         speculative unless something keeps it vanilla whatever the load (its options, a pin or
-        requested route, a temperature above the cap, a prompt past the speculator's context)."""
+        requested route, a temperature above the cap, a prompt past the speculator's context, an
+        output limit of one token)."""
         gains = ("speculative" in self.pools and decision.may_run_on("speculative")
                  and "vanilla" not in (features.requested_route, router_cfg.pin)
-                 and not features.beyond_speculator_context
+                 and not features.beyond_speculator_context and not features.no_decode_step
                  and features.temperature <= router_cfg.max_speculative_temperature)
         tokens = request.max_tokens or self.cfg.model.max_model_len - request.prompt_len
         self.arrivals.observe(features.task, gains, tokens * request.sequences,

@@ -74,6 +74,7 @@ Reason = Literal[
     "speculation_lossy",      # sampled (T > 0), and the speculative pool's sampling is not
                               # verified lossless (deployments/sampling_check.py)
     "beyond_speculator_context",  # prompt longer than the speculator's context: nothing to gain
+    "no_decode_step",         # an output limit of one token: prefill makes it, nothing to draft
     "high_temperature",       # above router.max_speculative_temperature
     "task_gains_little",      # task type not in router.speculative_tasks
     "batch_pressure",         # no step times yet; speculative pool at its in-flight cap
@@ -87,7 +88,8 @@ Reason = Literal[
 # The reasons `allocate`'s choice may override: the per-request performance rules. A request's
 # options, a pin, a requested route, lossy sampling or an unavailable pool are never overridden.
 ALLOCATABLE: frozenset[str] = frozenset({"speculation_pays", "speculation_costs",
-                                         "high_temperature", "beyond_speculator_context"})
+                                         "high_temperature", "beyond_speculator_context",
+                                         "no_decode_step"})
 Allocation = Literal["split", "vanilla", "speculative"]
 
 
@@ -106,6 +108,9 @@ class RequestFeatures:
             would not speculate for it.
         context_tokens: the mean context (tokens) one of its sequences holds while it decodes,
             prompt + half the output limit (`RequestParser.context_tokens`; 0: not estimated).
+        no_decode_step: the output limit is one token (`max_tokens` / `max_completion_tokens`
+            1): the prefill samples it and no decode step follows, so no draft is verified and the
+            speculative engine would only add its drafter's passes.
     """
 
     task: TaskType
@@ -115,6 +120,7 @@ class RequestFeatures:
     expected_tokens: float | None = None
     beyond_speculator_context: bool = False
     context_tokens: int = 0
+    no_decode_step: bool = False
 
     @property
     def eligible_pools(self) -> tuple[Route, ...] | None:
@@ -246,6 +252,8 @@ def _preferred_route(req: RequestFeatures, pools: Mapping[Route, PoolLoad], cfg:
         return RouteDecision(cfg.pin, "pinned", speedup)
     if req.beyond_speculator_context:
         return RouteDecision("vanilla", "beyond_speculator_context")
+    if req.no_decode_step:
+        return RouteDecision("vanilla", "no_decode_step")
     if req.temperature > cfg.max_speculative_temperature:
         return RouteDecision("vanilla", "high_temperature")
     if speedup is not None:

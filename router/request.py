@@ -270,7 +270,8 @@ def request_features(body, tokenizer: Tokenizer | None = None,
         beyond = prompt_len is not None and prompt_len >= speculator_context
     return RequestFeatures(task=classify_text(last_user_text(body)), temperature=temperature,
                            requested_route=requested, unsupported_options=unsupported,
-                           beyond_speculator_context=beyond)
+                           beyond_speculator_context=beyond,
+                           no_decode_step=max_tokens(body) == 1)
 
 
 def last_user_text(body) -> str:

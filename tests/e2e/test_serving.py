@@ -180,6 +180,23 @@ def test_max_tokens_below_k(client, route, max_tokens):
     assert body["choices"][0]["finish_reason"] == "length"
 
 
+def test_one_token_goes_vanilla_with_its_reason_and_the_same_token(client):
+    """`max_tokens` 1: the prefill samples the token, no draft is ever verified, so `auto` sends
+    it vanilla (`no_decode_step`), completions and chat alike; forced, it still runs speculative."""
+    auto = complete(client, prompt=CODE, max_tokens=1)
+    assert (auto.headers["x-specserve-route"], auto.headers["x-specserve-reason"]) == \
+        ("vanilla", "no_decode_step")
+    forced = complete(client, "speculative", prompt=CODE, max_tokens=1)
+    assert forced.headers["x-specserve-route"] == "speculative"
+    assert forced.json()["choices"][0]["text"] == auto.json()["choices"][0]["text"]
+    chat = client.post("/v1/chat/completions", json={
+        "model": MODEL, "temperature": 0, "max_completion_tokens": 1,
+        "messages": [{"role": "user", "content": "Write a function that adds two numbers."}]})
+    assert chat.status_code == 200, chat.text
+    assert chat.headers["x-specserve-reason"] == "no_decode_step"
+    assert chat.json()["usage"]["completion_tokens"] == 1
+
+
 def test_stop_string_on_the_speculative_path(client):
     full = complete(client, "speculative", prompt=CODE, max_tokens=48).json()["choices"][0]["text"]
     stop = full[len(full) // 2: len(full) // 2 + 3]

@@ -47,3 +47,18 @@ def test_prompt_tokens_and_speculator_context():
     assert request_features(long, None, speculator_context=512).beyond_speculator_context
     short = CompletionRequest(model="m", prompt="y" * 40)
     assert not request_features(short, None, speculator_context=512).beyond_speculator_context
+
+
+def test_an_output_limit_of_one_token_has_no_decode_step():
+    def one(**kw):
+        return request_features(CompletionRequest(model="m", prompt="def f(x):", **kw))
+
+    def chat(**kw):
+        return request_features(ChatCompletionRequest(
+            model="m", messages=[{"role": "user", "content": "hi"}], **kw))
+
+    assert one(max_tokens=1).no_decode_step
+    assert not one(max_tokens=2).no_decode_step and not one().no_decode_step
+    assert chat(max_completion_tokens=1).no_decode_step
+    assert chat(max_tokens=1).no_decode_step  # the deprecated field, as sent
+    assert not chat(max_completion_tokens=8).no_decode_step

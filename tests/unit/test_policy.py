@@ -19,6 +19,7 @@ CFG = RouterConfig(max_speculative_in_flight=8)
      "unsupported_option"),
     (RequestFeatures("code", 0.0, beyond_speculator_context=True), IDLE, "vanilla",
      "beyond_speculator_context"),
+    (RequestFeatures("code", 0.0, no_decode_step=True), IDLE, "vanilla", "no_decode_step"),
     (RequestFeatures("code", 0.0), {"vanilla": PoolLoad(1, 0), "speculative": PoolLoad(1, 8)},
      "vanilla", "batch_pressure"),
     (RequestFeatures("code", 0.0), {"vanilla": PoolLoad(1, 0), "speculative": PoolLoad(2, 8)},
