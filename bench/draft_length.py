@@ -5,7 +5,8 @@ from measurements (vLLM's `num_speculative_tokens_per_batch_size`).
    γ in 0..K one engine with num_speculative_tokens K and a table holding γ at every batch size
    runs a closed loop of B slots for each B in `--batches` (`--requests-per-slot`·B requests,
    `--max-tokens` each, greedy; a finished request's slot takes the next at once, as in a served
-   pool: `closed_loop`); the step time is T_s(B, γ) = wall / engine steps (vLLM's `vllm:iteration_tokens_total` count). The γ = K
+   pool: `closed_loop`); the step time is T_s(B, γ) = wall / engine steps (vLLM's
+   `vllm:iteration_tokens_total` count). The γ = K
    engine's counters give α_1..α_K. γ = 0 is measured on the speculative engine, not taken from
    the target alone: a table's 0 still runs the draft's side of the step (2026-12-01, this
    benchmark: slower than the target alone, see the report's vanilla column).
@@ -17,10 +18,13 @@ from measurements (vLLM's `num_speculative_tokens_per_batch_size`).
    batch: with a table set, vLLM's scheduler no longer pads decode requests to one draft length,
    v1/core/sched/scheduler.py:1135, so this separates that effect from the choice of γ), "derived"
    (the table) and "vanilla" (the target alone), the same closed loop at concurrency B, output
-   tokens/s = requests · max_tokens / wall, best of `--repeats`; the systems run in `--rounds` rounds (a fresh engine
-   each: one engine instance's speed varied by up to ~40% from the next one's on this machine), a
-   cell's figure is its best round, and its spread over the rounds is reported; every engine's
-   greedy outputs must be equal (speculation changes no token).
+   tokens/s = requests · max_tokens / wall, best of `--repeats`; the systems run in `--rounds`
+   rounds (a fresh engine each: one engine instance's speed varied by up to ~40% from the next
+   one's on this machine), each round starting with the next system; a cell's figure is the
+   median over the rounds, and each ratio the median [min-max] of its round-by-round values;
+   every engine's greedy outputs must be equal (speculation changes no token).
+   `--profile-from DIR` compares an earlier run's table again (its profile and α carried over,
+   no profile run).
 
 Every engine is eager, in the dtype a served CPU pool runs (`core.cpu.served_dtype`: float32
 where this CPU emulates bfloat16), in its own spawned process on one core (`--core`, as a replica
@@ -43,6 +47,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from statistics import median
 
 from bench.draft_schedule import draft_length_at, draft_length_schedule, smooth_step_times
 from core import expected_tokens, models_dir
@@ -182,7 +187,23 @@ def main(argv: list[str] | None = None) -> int:
                    choices=["draft_model", "eagle3", "eagle", "medusa", "ngram"])
     p.add_argument("--k", type=int, default=4, help="num_speculative_tokens (the table's ceiling)")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 3, 6, 12, 24, 48])
+    p.add_argument("--profile-from", type=Path, default=None,
+                   help="an earlier run's folder: its profile and table, compared again (no "
+                        "profile run)")
     args = p.parse_args(argv)
+    earlier = None
+    if args.profile_from is not None:
+        try:
+            earlier = json.loads((args.profile_from / "results.json").read_text())
+            schedule = [tuple(e) for e in earlier["schedule"]]
+        except (OSError, ValueError, KeyError) as e:
+            p.error(f"--profile-from: no earlier results.json with a schedule in "
+                    f"{args.profile_from} ({e})")
+        if (earlier.get("k"), earlier.get("target"), earlier.get("method")) != (
+                args.k, args.target, args.method):
+            p.error(f"--profile-from: {args.profile_from} profiled k={earlier.get('k')}, "
+                    f"{earlier.get('target')}, {earlier.get('method')}; this run asks for "
+                    f"k={args.k}, {args.target}, {args.method}")
     models = lab_with_target(p, args)
     target = str(models / args.target)
     dtype = served_dtype("auto", "cpu")
@@ -196,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     if base is None:
         print(f"{args.method}: no checkpoint under {models}")
         return 2
-    for g in range(args.k + 1):
+    for g in range(args.k + 1) if earlier is None else ():
         spec = {**base, "num_speculative_tokens_per_batch_size": [[1, max(args.batches), g]]}
         r = run(target, spec, dev, args.batches, args.max_tokens, args.repeats, args.core, dtype,
                 args.requests_per_slot)
@@ -206,28 +227,46 @@ def main(argv: list[str] | None = None) -> int:
             alpha = alphas(r["counters"])
         print(f"profile γ={g}: " + ", ".join(f"B={b} {c['step_s'] * 1e3:.1f} ms"
                                              for b, c in r["by_batch"].items()), flush=True)
-    fitted = smooth_step_times(profile)
-    schedule = draft_length_schedule(alpha, fitted)
+    if earlier is None:
+        fitted = smooth_step_times(profile)
+        schedule = draft_length_schedule(alpha, fitted)
+    else:
+        alpha = earlier["alpha"]
+        profile = {b: {int(g): t for g, t in times.items()}
+                   for b, times in earlier["step_s"].items()}
+        fitted = {b: {int(g): t for g, t in times.items()}
+                  for b, times in earlier["step_s_fitted"].items()}
     print(f"α = {[round(a, 3) for a in alpha]}; derived table {schedule}", flush=True)
     table = "num_speculative_tokens_per_batch_size"
     systems = {"fixed": base, "fixed-table": {**base, table: [[1, max(args.concurrency), args.k]]},
                "derived": {**base, table: [list(e) for e in schedule]}, "vanilla": None}
-    rounds = [{name: run(target, spec, test, args.concurrency, args.max_tokens, args.repeats,
-                         args.core, dtype, args.requests_per_slot)
-               for name, spec in systems.items()}
-              for _ in range(args.rounds)]
+    names = list(systems)
+    rounds = []
+    for i in range(args.rounds):  # round i starts with the next system: drift hits all alike
+        order = names[i % len(names):] + names[:i % len(names)]
+        rounds.append({name: run(target, systems[name], test, args.concurrency, args.max_tokens,
+                                 args.repeats, args.core, dtype, args.requests_per_slot)
+                       for name in order})
+        print(f"round {i + 1} ({', '.join(order)}): " + "; ".join(
+            f"{n} " + ", ".join(f"{c['tok_s']:.0f}" for c in rounds[-1][n]["by_batch"].values())
+            for n in names), flush=True)
     same = all(c["outputs"] == rounds[0]["vanilla"]["outputs"] for r in rounds for c in r.values())
     rows = []
     for c in args.concurrency:
-        got = {n: max((r[n]["by_batch"][c] for r in rounds), key=lambda x: x["tok_s"])
-               for n in systems}
-        spread = {n: [round(r[n]["by_batch"][c]["tok_s"], 1) for r in rounds] for n in systems}
+        cells = {n: [r[n]["by_batch"][c] for r in rounds] for n in systems}
+        ratios = {key: [r["derived"]["by_batch"][c]["tok_s"] / r[other]["by_batch"][c]["tok_s"]
+                        for r in rounds] for key, other in (("ratio", "fixed"),
+                                                           ("ratio_table", "fixed-table"))}
         rows.append({"concurrency": c, "gamma": draft_length_at(schedule, c),
-                     **{f"{n}_tok_s": round(g["tok_s"], 1) for n, g in got.items()},
-                     **{f"{n}_step_ms": round(g["step_s"] * 1e3, 2) for n, g in got.items()},
-                     "ratio": round(got["derived"]["tok_s"] / got["fixed"]["tok_s"], 3),
-                     "ratio_table": round(got["derived"]["tok_s"] / got["fixed-table"]["tok_s"],
-                                          3), "rounds_tok_s": spread})
+                     **{f"{n}_tok_s": round(median([x["tok_s"] for x in got]), 1)
+                        for n, got in cells.items()},
+                     **{f"{n}_step_ms": round(median([x["step_s"] for x in got]) * 1e3, 2)
+                        for n, got in cells.items()},
+                     **{key: round(median(v), 3) for key, v in ratios.items()},
+                     **{f"{key}_range": [round(min(v), 3), round(max(v), 3)]
+                        for key, v in ratios.items()},
+                     "rounds_tok_s": {n: [round(x["tok_s"], 1) for x in got]
+                                      for n, got in cells.items()}})
     results = {"target": args.target, "method": args.method, "k": args.k, "max_tokens": args.max_tokens,
                "alpha": alpha, "expected_tokens_at_k": expected_tokens(alpha),
                "step_s": {b: {g: round(s, 5) for g, s in t.items()} for b, t in profile.items()},
@@ -235,8 +274,10 @@ def main(argv: list[str] | None = None) -> int:
                                  for b, t in fitted.items()},
                "schedule": schedule, "comparison": rows, "outputs_identical": same,
                "prompts": {"profile": f"dev, {len(dev)}", "compare": f"test, {len(test)}"},
-               "engine": f"in-process, eager, dtype {dtype}, core {args.core}; best of "
-                         f"{args.rounds} rounds x {args.repeats} runs",
+               "engine": f"in-process, eager, dtype {dtype}, core {args.core}; median of "
+                         f"{args.rounds} rounds (each the best of {args.repeats} runs), "
+                         f"{args.requests_per_slot} requests per slot",
+               "profile_from": None if earlier is None else str(args.profile_from),
                "wall_s": round(time.monotonic() - t0, 1)}
     write_results(args.out, results, markdown(results))
     return 0 if same else 1
@@ -260,7 +301,9 @@ def markdown(r: dict) -> str:
              f"α = {[round(a, 3) for a in r['alpha']]}, E[τ(k)] = "
              f"{r['expected_tokens_at_k']:.2f}; {r['max_tokens']} tokens per request; "
              f"{r['engine']}; profile prompts {r['prompts']['profile']}, comparison prompts "
-             f"{r['prompts']['compare']}; {r['wall_s']:.0f} s.", "",
+             f"{r['prompts']['compare']}; {r['wall_s']:.0f} s"
+             + (f"; profile and table from {r['profile_from']}" if r.get("profile_from") else "")
+             + ".", "",
              "Step times measured (fitted line in γ) per batch B:", "",
              "| B | " + " | ".join(f"T_s(γ={g}) ms" for g in gs) + " | γ* |",
              "|---|" + "---|" * (len(gs) + 1)]
@@ -269,13 +312,17 @@ def markdown(r: dict) -> str:
         lines.append(f"| {b} | " + " | ".join(f"{t[g] * 1e3:.1f} ({fit[g] * 1e3:.1f})" for g in gs)
                      + f" | {draft_length_at(r['schedule'], int(b))} |")
     lines += ["", f"Derived table: `{r['schedule']}`", "",
+              "Median over the rounds (tok/s, step ms); ratios: median [min-max] of the round by "
+              "round ratios.", "",
               "| concurrency | γ (table) | fixed tok/s | fixed-table tok/s | derived tok/s | "
               "derived / fixed | derived / fixed-table | vanilla tok/s | step ms fixed / "
               "fixed-table / derived / vanilla |",
               "|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {c['concurrency']} | {c['gamma']} | {c['fixed_tok_s']} | "
-              f"{c['fixed-table_tok_s']} | {c['derived_tok_s']} | {c['ratio']:.2f}x | "
-              f"{c['ratio_table']:.2f}x | {c['vanilla_tok_s']} | {c['fixed_step_ms']} / "
+              f"{c['fixed-table_tok_s']} | {c['derived_tok_s']} | {c['ratio']:.2f}x "
+              f"[{c['ratio_range'][0]:.2f}-{c['ratio_range'][1]:.2f}] | {c['ratio_table']:.2f}x "
+              f"[{c['ratio_table_range'][0]:.2f}-{c['ratio_table_range'][1]:.2f}] | "
+              f"{c['vanilla_tok_s']} | {c['fixed_step_ms']} / "
               f"{c['fixed-table_step_ms']} / {c['derived_step_ms']} / {c['vanilla_step_ms']} |"
               for c in r["comparison"]]
     lines += ["", "Per round, tok/s (fixed / fixed-table / derived / vanilla):", ""]
