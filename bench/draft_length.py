@@ -211,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     test = token_prompts(models / args.target, prompts("test", args.per_task))
     scratch = Path(tempfile.mkdtemp(prefix="specserve-draft-length-"))
     profile: dict[int, dict[int, float]] = {}
+    profile_tok_s: dict[int, dict[int, float]] = {}  # the same loops' output tok/s, kept
     alpha: list[float] = []
     t0 = time.monotonic()
     base = speculative_config(args.method, args.k, models, scratch)
@@ -223,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.requests_per_slot)
         for b, cell in r["by_batch"].items():
             profile.setdefault(int(b), {})[g] = cell["step_s"]
+            profile_tok_s.setdefault(int(b), {})[g] = round(cell["tok_s"], 1)
         if g == args.k:
             alpha = alphas(r["counters"])
         print(f"profile γ={g}: " + ", ".join(f"B={b} {c['step_s'] * 1e3:.1f} ms"
@@ -232,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         schedule = draft_length_schedule(alpha, fitted)
     else:
         alpha = earlier["alpha"]
+        profile_tok_s = earlier.get("profile_tok_s", {})
         profile = {b: {int(g): t for g, t in times.items()}
                    for b, times in earlier["step_s"].items()}
         fitted = {b: {int(g): t for g, t in times.items()}
@@ -270,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {"target": args.target, "method": args.method, "k": args.k, "max_tokens": args.max_tokens,
                "alpha": alpha, "expected_tokens_at_k": expected_tokens(alpha),
                "step_s": {b: {g: round(s, 5) for g, s in t.items()} for b, t in profile.items()},
+               "profile_tok_s": profile_tok_s,
                "step_s_fitted": {b: {g: round(s, 5) for g, s in t.items()}
                                  for b, t in fitted.items()},
                "schedule": schedule, "comparison": rows, "outputs_identical": same,
