@@ -5,8 +5,8 @@ from measurements (vLLM's `num_speculative_tokens_per_batch_size`).
    γ in 0..K one engine with num_speculative_tokens K and a table holding γ at every batch size
    runs a closed loop of B slots for each B in `--batches` (`--requests-per-slot`·B requests,
    `--max-tokens` each, greedy; a finished request's slot takes the next at once, as in a served
-   pool: `closed_loop`); the step time is T_s(B, γ) = wall / engine steps (vLLM's
-   `vllm:iteration_tokens_total` count). The γ = K
+   pool: `closed_loop`); the step time is T_s(B, γ) = seconds / engine steps of the loop's
+   steady part (until the last request is sent, every slot busy). The γ = K
    engine's counters give α_1..α_K. γ = 0 is measured on the speculative engine, not taken from
    the target alone: a table's 0 still runs the draft's side of the step (2026-12-01, this
    benchmark: slower than the target alone, see the report's vanilla column).
@@ -18,7 +18,7 @@ from measurements (vLLM's `num_speculative_tokens_per_batch_size`).
    batch: with a table set, vLLM's scheduler no longer pads decode requests to one draft length,
    v1/core/sched/scheduler.py:1135, so this separates that effect from the choice of γ), "derived"
    (the table) and "vanilla" (the target alone), the same closed loop at concurrency B, output
-   tokens/s = requests · max_tokens / wall, best of `--repeats`; the systems run in `--rounds`
+   tokens/s over the loop's steady part, best of `--repeats`; the systems run in `--rounds`
    rounds (a fresh engine each: one engine instance's speed varied by up to ~40% from the next
    one's on this machine), each round starting with the next system; a cell's figure is the
    median over the rounds, and each ratio the median [min-max] of its round-by-round values;
@@ -46,6 +46,7 @@ import multiprocessing
 import os
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
 
@@ -77,19 +78,36 @@ def _steps(metrics) -> int:
     return sum(int(m.count) for m in metrics if m.name == "vllm:iteration_tokens_total")
 
 
+@dataclass
+class Loop:
+    """One `closed_loop`: each request's output token ids in request order, and its steady part,
+    from the first step until the step in which the last request is sent (every slot busy
+    throughout; the whole loop when there are no more requests than slots): seconds, output
+    tokens made, engine steps."""
+
+    outputs: list[list[int]]
+    steady_s: float
+    steady_tokens: int
+    steady_steps: int
+
+
 def closed_loop(engine, prompt_ids: list[list[int]], slots: int, requests: int,
-                params) -> list[list[int]]:
+                params) -> Loop:
     """`requests` requests through a vLLM `LLMEngine`, at most `slots` in flight: a finished
     request's slot takes the next one at once (a closed loop at concurrency `slots`, as a served
-    pool under that many clients). Request i prompts with `prompt_ids[i % len(prompt_ids)]`.
+    pool under that many clients). Request i prompts with `prompt_ids[i % len(prompt_ids)]`;
+    `params` must stream cumulative outputs (vLLM's default `RequestOutputKind.CUMULATIVE`).
 
-    Returns each request's output token ids, in request order. A batch submitted at once instead
-    (`LLM.generate` of `slots` requests) runs until its slowest request ends: with speculation the
-    requests that accept least hold the batch while it shrinks, a cost no served pool pays (the
-    comparison of 2026-12-05, bench/results/2026-12-05-draft-length-wide/, measured 1.9 tokens per
-    sequence per step at 3-48 at once against the 3.4 its acceptance predicts)."""
+    The loop's figures are its steady part (`Loop`): once the last request is sent the slots
+    empty one by one until the slowest ends, and with speculation the requests that accept least
+    hold a shrinking batch (at 64 slots, 3 requests each, 2026-12-06: 2.0 tokens per sequence per
+    step over the whole loop against 2.8 at one slot). A batch submitted at once (`LLM.generate`
+    of `slots` requests) is that drain from its start (bench/results/2026-12-05-draft-length-wide/:
+    1.9 tokens per sequence per step at 3-48 at once against the 3.4 its acceptance predicts)."""
     outputs: dict[int, list[int]] = {}
-    sent = 0
+    made: dict[str, int] = {}
+    sent, tokens, steps = 0, 0, 0
+    steady: tuple[float, int, int] | None = None
 
     def send() -> None:
         nonlocal sent
@@ -99,21 +117,34 @@ def closed_loop(engine, prompt_ids: list[list[int]], slots: int, requests: int,
 
     for _ in range(min(slots, requests)):
         send()
+    t0 = time.perf_counter()
     while engine.has_unfinished_requests():
-        for out in engine.step():
+        done = engine.step()
+        steps += 1
+        last_sent = False
+        for out in done:
+            n = len(out.outputs[0].token_ids)
+            tokens += n - made.get(out.request_id, 0)
+            made[out.request_id] = n
             if out.finished:
                 outputs[int(out.request_id)] = list(out.outputs[0].token_ids)
                 if sent < requests:
                     send()
-    return [outputs[i] for i in range(requests)]
+                    last_sent = sent == requests
+        if last_sent:
+            steady = (time.perf_counter() - t0, tokens, steps)
+    if steady is None:  # requests <= slots: never refilled, the whole loop is all it has
+        steady = (time.perf_counter() - t0, tokens, steps)
+    return Loop([outputs[i] for i in range(requests)], *steady)
 
 
 def _run(target: str, spec: dict | None, prompt_ids: list[list[int]], batches: list[int],
          max_tokens: int, repeats: int, core: int, dtype: str = "auto",
          per_slot: int = 3) -> dict:
     """In the spawned process: per batch B, a closed loop of B slots serving `per_slot`·B
-    requests (`closed_loop`), best of `repeats`:
-    {"by_batch": {B: {"wall_s", "steps", "step_s", "tok_s"}}, "counters", "outputs"}."""
+    requests (`closed_loop`), best of `repeats`: {"by_batch": {B: {"tok_s", "step_s" (its
+    steady part), "loop_tok_s", "wall_s", "steps" (the whole loop), "steady_s"}}, "counters",
+    "outputs"}."""
     os.environ |= {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": str(core),
                    "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
@@ -135,14 +166,16 @@ def _run(target: str, spec: dict | None, prompt_ids: list[list[int]], batches: l
         best = None
         for _ in range(repeats):
             steps0, t0 = _steps(llm.get_metrics()), time.perf_counter()
-            outs = closed_loop(llm.llm_engine, prompt_ids, b, n, params)
+            loop = closed_loop(llm.llm_engine, prompt_ids, b, n, params)
             wall = time.perf_counter() - t0
             steps = _steps(llm.get_metrics()) - steps0
-            if best is None or wall < best["wall_s"]:
-                best = {"wall_s": wall, "steps": steps, "step_s": wall / max(steps, 1),
-                        "tok_s": n * max_tokens / wall}
+            tok_s = loop.steady_tokens / loop.steady_s
+            if best is None or tok_s > best["tok_s"]:
+                best = {"wall_s": wall, "steps": steps, "tok_s": tok_s,
+                        "step_s": loop.steady_s / max(loop.steady_steps, 1),
+                        "loop_tok_s": n * max_tokens / wall, "steady_s": loop.steady_s}
         by_batch[b] = best
-        outputs[b] = outs
+        outputs[b] = loop.outputs
     counters = minus(read_counters(llm.get_metrics()), start_counters)
     return {"by_batch": by_batch, "counters": counters, "outputs": outputs}
 

@@ -11,7 +11,7 @@ Each system runs `--rounds` times, a fresh engine each (bench/draft_length.py's 
 spawned process on core `--core`, eager, the dtype a served CPU pool runs, a warm-up at every
 batch): a closed loop of B slots for each B in `--batches` (`--requests-per-slot`·B requests,
 `--max-tokens` each, greedy, EOS ignored; `bench.draft_length.closed_loop`), best of `--repeats`;
-output tok/s = requests · max_tokens / wall. A cell's figure is its best round;
+output tok/s over the loop's steady part (until its last request is sent). A cell's figure is its best round;
 the spread over rounds is reported. Prompts: the `test` split of bench/prompts/tasks.jsonl,
 `--per-task` of each task type.
 

@@ -109,11 +109,16 @@ def test_closed_loop_keeps_its_slots_full_and_answers_every_request_in_order():
 
     engine = _FakeEngine()
     prompts = [[10], [11], [12], [13]]
-    outs = closed_loop(engine, prompts, slots=3, requests=10, params=None)
-    assert outs == [[i, i] for i in range(10)]
+    loop = closed_loop(engine, prompts, slots=3, requests=10, params=None)
+    assert loop.outputs == [[i, i] for i in range(10)]
     assert engine.most_in_flight == 3  # never more than the slots
     # A slot is refilled as soon as its request ends: every step runs 3 until the last
     # request is sent (requests of 1, 2, 3, 1, 2, 3, ... steps), then the loop drains.
     assert engine.in_flight == [3, 3, 3, 3, 3, 3, 1]
     assert [p for _, p in engine.order] == [10 + i % 4 for i in range(10)]
-    assert closed_loop(_FakeEngine(), prompts, slots=8, requests=2, params=None) == [[0, 0], [1, 1]]
+    # The steady part ends with step 5, in which the last request (9) is sent; it counts the
+    # tokens of requests 0-8 (2 each, all on their first output) and not the drain after it.
+    assert (loop.steady_steps, loop.steady_tokens) == (5, 18) and loop.steady_s > 0
+    short = closed_loop(_FakeEngine(), prompts, slots=8, requests=2, params=None)
+    assert short.outputs == [[0, 0], [1, 1]]
+    assert (short.steady_steps, short.steady_tokens) == (2, 4)  # never refilled: the whole loop
