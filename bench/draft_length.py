@@ -35,7 +35,7 @@ small-batch step is bound by reading the weights, as on a GPU). Prints and write
 
     python -m bench.draft_length [--target target] [--method draft_model] [--k 4]
         [--batches 1 2 4 8 16 32] [--concurrency 1 3 6 12 24 48] [--max-tokens 32] [--rounds 2]
-        [--repeats 3] [--requests-per-slot 3] [--out DIR]
+        [--repeats 3] [--requests-per-slot 3] [--profile-from DIR] [--out DIR]
 """
 
 from __future__ import annotations
@@ -103,7 +103,8 @@ def closed_loop(engine, prompt_ids: list[list[int]], slots: int, requests: int,
     hold a shrinking batch (at 64 slots, 3 requests each, 2026-12-06: 2.0 tokens per sequence per
     step over the whole loop against 2.8 at one slot). A batch submitted at once (`LLM.generate`
     of `slots` requests) is that drain from its start (bench/results/2026-12-05-draft-length-wide/:
-    1.9 tokens per sequence per step at 3-48 at once against the 3.4 its acceptance predicts)."""
+    1.9 tokens per sequence per step at 3-24 at once, 1.6 at 48, against the 3.4 its acceptance
+    predicted)."""
     outputs: dict[int, list[int]] = {}
     made: dict[str, int] = {}
     sent, tokens, steps = 0, 0, 0
@@ -175,7 +176,7 @@ def _run(target: str, spec: dict | None, prompt_ids: list[list[int]], batches: l
                         "step_s": loop.steady_s / max(loop.steady_steps, 1),
                         "loop_tok_s": n * max_tokens / wall, "steady_s": loop.steady_s}
         by_batch[b] = best
-        outputs[b] = loop.outputs
+        outputs[b] = loop.outputs  # the last repeat's: greedy, every repeat's are the same
     counters = minus(read_counters(llm.get_metrics()), start_counters)
     return {"by_batch": by_batch, "counters": counters, "outputs": outputs}
 
@@ -184,7 +185,8 @@ def add_engine_arguments(p: argparse.ArgumentParser, *, target: str, batches: li
                          out: str) -> None:
     """The flags of the offline engine benchmarks (`bench.draft_length`, `bench.int8_draft`):
     --models, --target (default `target`), --batches (default `batches`), --max-tokens,
-    --per-task, --repeats, --requests-per-slot, --rounds, --core and --out (default bench/results/<date>-`out`)."""
+    --per-task, --repeats, --requests-per-slot, --rounds, --core and --out (default
+    bench/results/<date>-`out`)."""
     p.add_argument("--models", type=Path, default=None, help="lab folder (default: the lab's)")
     p.add_argument("--target", default=target,
                    help="the lab's target folder: target, or target-wide (weight-bound)")
@@ -229,9 +231,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             earlier = json.loads((args.profile_from / "results.json").read_text())
             schedule = [tuple(e) for e in earlier["schedule"]]
-        except (OSError, ValueError, KeyError) as e:
-            p.error(f"--profile-from: no earlier results.json with a schedule in "
-                    f"{args.profile_from} ({e})")
+            for key in ("alpha", "step_s", "step_s_fitted"):
+                earlier[key]  # noqa: B018 (read now: a missing key is a CLI error, not a traceback)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            p.error(f"--profile-from: {args.profile_from / 'results.json'} is not an earlier "
+                    f"run's results (missing or unreadable: {e})")
         if (earlier.get("k"), earlier.get("target"), earlier.get("method")) != (
                 args.k, args.target, args.method):
             p.error(f"--profile-from: {args.profile_from} profiled k={earlier.get('k')}, "
@@ -278,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
                "derived": {**base, table: [list(e) for e in schedule]}, "vanilla": None}
     names = list(systems)
     rounds = []
-    for i in range(args.rounds):  # round i starts with the next system: drift hits all alike
+    for i in range(args.rounds):  # round i starts with the next system (with a multiple of 4
+        # rounds every system starts equally often)
         order = names[i % len(names):] + names[:i % len(names)]
         rounds.append({name: run(target, systems[name], test, args.concurrency, args.max_tokens,
                                  args.repeats, args.core, dtype, args.requests_per_slot)

@@ -10,10 +10,10 @@ config.json.
 Each system runs `--rounds` times, a fresh engine each (bench/draft_length.py's `run`: its own
 spawned process on core `--core`, eager, the dtype a served CPU pool runs, a warm-up at every
 batch): a closed loop of B slots for each B in `--batches` (`--requests-per-slot`·B requests,
-`--max-tokens` each, greedy, EOS ignored; `bench.draft_length.closed_loop`), best of `--repeats`;
-output tok/s over the loop's steady part (until its last request is sent). A cell's figure is its best round;
-the spread over rounds is reported. Prompts: the `test` split of bench/prompts/tasks.jsonl,
-`--per-task` of each task type.
+`--max-tokens` each, greedy, EOS ignored; `bench.draft_length.closed_loop`), best of
+`--repeats`; output tok/s over the loop's steady part (until its last request is sent). A cell's
+figure is its best round; the spread over rounds is reported. Prompts: the `test` split of
+bench/prompts/tasks.jsonl, `--per-task` of each task type.
 
 - Acceptance: vLLM's spec-decode counters after warm-up, summed over batches and rounds: α_j
   per draft position and the mean acceptance length 1 + accepted / drafts (tokens per target
