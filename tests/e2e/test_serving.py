@@ -224,26 +224,32 @@ def test_min_p_goes_vanilla_with_reason_or_is_refused_when_forced(client):
     assert "min_p" in forced.json()["error"]["message"]
 
 
-@pytest.mark.parametrize("body, status, param", [
-    ({"model": "nope", "prompt": "x"}, 404, None),
-    ({"model": MODEL, "prompt": "x", "max_tokens": -1}, 400, None),
-    ({"model": MODEL, "prompt": "x", "max_tokens": 100000}, 400, None),
-    ({"model": MODEL, "prompt": "x", "temperature": -1}, 400, None),
-    ({"model": MODEL, "prompt": "x", "route": "fastest"}, 400, "route"),
-    ({"model": MODEL}, 400, None),
-    ({"model": MODEL, "messages": "not a list"}, 400, None),
-    # the request models' validation errors name their field (router/errors.py
-    # `describe_validation_error`, unit-tested on the models in tests/unit/test_errors.py)
-    ({"model": MODEL, "prompt": "x", "stop": ["a"] * 10}, 400, "stop"),
+@pytest.mark.parametrize("body, status, param, message", [
+    ({"model": "nope", "prompt": "x"}, 404, None, None),
+    ({"model": MODEL, "prompt": "x", "max_tokens": -1}, 400, None, None),
+    ({"model": MODEL, "prompt": "x", "max_tokens": 100000}, 400, None, None),
+    ({"model": MODEL, "prompt": "x", "temperature": -1}, 400, None, None),
+    ({"model": MODEL, "prompt": "x", "route": "fastest"}, 400, "route", None),
+    ({"model": MODEL}, 400, None, None),
+    ({"model": MODEL, "messages": "not a list"}, 400, None, None),
+    # the request models' validation errors name their field and the union member meant
+    # (router/errors.py `describe_validation_error`, the same cases as tests/unit/test_errors.py)
+    ({"model": MODEL, "prompt": "x", "stop": ["a"] * 10}, 400, "stop",
+     "stop: List should have at most 4 items after validation, not 10"),
     ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stop": ["a"] * 5}, 400,
-     "stop"),
-    ({"model": MODEL, "prompt": [1, -2]}, 400, "prompt"),
-    ({"model": MODEL, "prompt": [[1, 2], [-1]]}, 400, "prompt"),
-    ({"model": MODEL, "prompt": "x", "max_tokens": "ten"}, 400, "max_tokens"),
-    ({"model": MODEL, "prompt": 123}, 400, "prompt"),
-    ({"model": MODEL, "prompt": "x", "stop": 5}, 400, "stop"),
+     "stop", "stop: List should have at most 4 items after validation, not 5"),
+    ({"model": MODEL, "prompt": [1, -2]}, 400, "prompt",
+     "prompt[1]: Input should be greater than or equal to 0, got -2"),
+    ({"model": MODEL, "prompt": [[1, 2], [-1]]}, 400, "prompt",
+     "prompt[1][0]: Input should be greater than or equal to 0, got -1"),
+    ({"model": MODEL, "prompt": "x", "max_tokens": "ten"}, 400, "max_tokens",
+     "max_tokens: Input should be a valid integer, unable to parse string as an integer"),
+    ({"model": MODEL, "prompt": 123}, 400, "prompt", "prompt: Input should be a valid list"),
+    ({"model": MODEL, "prompt": "x", "stop": 5}, 400, "stop",
+     "stop: Input should be a valid string"),
 ])
-def test_bad_requests_get_openai_errors_and_the_server_keeps_serving(client, body, status, param):
+def test_bad_requests_get_openai_errors_and_the_server_keeps_serving(client, body, status, param,
+                                                                      message):
     path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
     r = client.post(path, json=body)
     assert r.status_code == status, r.text
@@ -251,6 +257,8 @@ def test_bad_requests_get_openai_errors_and_the_server_keeps_serving(client, bod
     assert err["code"] == status and err["message"] and err["type"]
     if param:
         assert err["param"] == param
+    if message:
+        assert err["message"] == message
     assert complete(client, prompt=CODE, max_tokens=2).json()["usage"]["completion_tokens"] == 2
 
 
