@@ -231,8 +231,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             earlier = json.loads((args.profile_from / "results.json").read_text())
             schedule = [tuple(e) for e in earlier["schedule"]]
-            for key in ("alpha", "step_s", "step_s_fitted"):
-                earlier[key]  # noqa: B018 (read now: a missing key is a CLI error, not a traceback)
+            missing = [k for k in ("alpha", "step_s", "step_s_fitted") if k not in earlier]
+            if missing:
+                raise KeyError(missing[0])
         except (OSError, ValueError, KeyError, TypeError) as e:
             p.error(f"--profile-from: {args.profile_from / 'results.json'} is not an earlier "
                     f"run's results (missing or unreadable: {e})")
