@@ -70,12 +70,17 @@ class App:
 def speculator_config(base: SpecserveConfig, method: str, replicas: tuple[int, int],
                       eager: bool, schedule: list | None = None) -> SpecserveConfig:
     """`base` with the speculative pool using `method` and (vanilla, speculative) replicas fixed
-    (a pool at 0 is off)."""
+    (a pool at 0 is off). The base config's own speculator, when of `method`, is kept whole (its
+    `num_speculative_tokens_per_batch_size` table, draft sampling, quantization); another method
+    gets the lab's checkpoint at the same k. `schedule` replaces the table (vllm-switch)."""
     data = base.model_dump(mode="json")
-    spec = {"method": method, "num_speculative_tokens":
-            data["speculative"]["speculator"]["num_speculative_tokens"]}
-    if method != "ngram":
-        spec["model"] = f"${{models}}/{CHECKPOINTS[method]}"
+    own = data["speculative"]["speculator"]
+    if own["method"] == method:
+        spec = {key: value for key, value in own.items() if value is not None}
+    else:
+        spec = {"method": method, "num_speculative_tokens": own["num_speculative_tokens"]}
+        if method != "ngram":
+            spec["model"] = f"${{models}}/{CHECKPOINTS[method]}"
     if schedule:
         spec["num_speculative_tokens_per_batch_size"] = schedule
     data["speculative"]["speculator"] = spec

@@ -93,9 +93,23 @@ class AcceptanceEstimator:
     _remote: dict[tuple[str, str], _Counts] = field(default_factory=dict)
 
     def observe(self, task: TaskType, temperature: float, histogram: Sequence[int],
-                context_tokens: float = 0) -> None:
-        """Adds one request's acceptance histogram (`histogram[j]`: steps accepting j drafts) at
-        its context (`RequestFeatures.context_tokens`; 0: short)."""
+                context_tokens: float = 0, drafted: Sequence[int] | None = None,
+                accepted: Sequence[int] | None = None) -> None:
+        """Adds one request's acceptance at its context (`RequestFeatures.context_tokens`; 0:
+        short).
+
+        Args:
+            histogram: `histogram[j]`, the request's verification steps that accepted j drafts
+                (vLLM's per-request `acceptance_histogram`).
+            drafted, accepted: per verification step, the drafts proposed and accepted (vLLM's
+                `per_step_drafted` / `per_step_accepted`, metrics level "detailed"). When given
+                (same length), position i counts as reached only in steps that drafted beyond
+                it, so steps that drafted fewer than γ (vLLM's
+                `num_speculative_tokens_per_batch_size` at a large batch) do not count as
+                rejections at the positions they never proposed; the histogram's extra steps
+                (decode steps without drafts, `RouterDecider.learn`) count as rejections at
+                position 1. Without them every histogram step is taken to have drafted γ.
+        """
         steps = sum(histogram)
         if steps == 0:
             return
@@ -103,12 +117,22 @@ class AcceptanceEstimator:
         k = self.num_speculative_tokens
         c = self._counts.setdefault(key, _Counts([0.0] * k, [0.0] * k))
         decay = 0.5 ** (steps / self.half_life_steps)
-        reached = steps
+        if drafted is not None and accepted is not None and len(drafted) == len(accepted):
+            got, seen = [0.0] * k, [0.0] * k
+            for d, a in zip(drafted, accepted):
+                for i in range(min(d, a + 1, k)):  # position i proposed and reached
+                    seen[i] += 1
+                    got[i] += i < a
+            seen[0] += max(0, steps - len(drafted))  # steps without drafts: nothing accepted
+        else:
+            got, seen, reached = [], [], steps
+            for i in range(k):
+                got.append(sum(histogram[i + 1:]))
+                seen.append(reached)
+                reached = got[-1]
         for i in range(k):
-            accepted = sum(histogram[i + 1:])
-            c.accepted[i] = c.accepted[i] * decay + accepted
-            c.reached[i] = c.reached[i] * decay + reached
-            reached = accepted
+            c.accepted[i] = c.accepted[i] * decay + got[i]
+            c.reached[i] = c.reached[i] * decay + seen[i]
         c.steps = c.steps * decay + steps
 
     def alphas(self, task: TaskType, temperature: float, context_tokens: float = 0

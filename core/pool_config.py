@@ -49,8 +49,10 @@ class SpeculatorConfig(Strict):
     num_speculative_tokens_per_batch_size: list[tuple[int, int, int]] | None = Field(
         None, description="vLLM's own batch-size switch (speculative_config key of the same name): "
         "entries (first batch, last batch, k) choose k by the running batch, k = 0 turning "
-        "speculation off. Unset: k = num_speculative_tokens at every batch. specserve routes "
-        "between pools instead; this field exists to compare against that peer (bench/).")
+        "speculation off. Unset: k = num_speculative_tokens at every batch. The router prices "
+        "each request with the γ the engine drafts at the speculative pool's batch, and the "
+        "engine then reports each step's drafts (per_request_spec_decode_metrics 'detailed'); "
+        "`python -m bench.draft_length` derives a table from measurements.")
 
     @model_validator(mode="after")
     def _check_schedule(self) -> SpeculatorConfig:

@@ -6,6 +6,7 @@ Notation: γ = num_speculative_tokens, α_i = P(draft token i accepted | tokens 
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 # S at or above which a request goes speculative: `router.min_speedup`'s default, and the
@@ -39,3 +40,33 @@ def batched_speedup(e_tau: float, vanilla_step_s: float, speculative_step_s: flo
             marginal, as above). `math.inf` (a pool that gains nothing) gives S = 0 or inf.
     """
     return e_tau * vanilla_step_s / speculative_step_s
+
+
+def draft_tokens_at(schedule: Sequence[Sequence[int]] | None, num_speculative_tokens: int,
+                    batch: float | None) -> int:
+    """γ the speculative engine drafts at a running batch, under vLLM's
+    `num_speculative_tokens_per_batch_size` (`schedule`, entries (first, last, k)).
+
+    Mirrors vLLM 0.32 `build_dynamic_sd_schedule_lookup` (v1/spec_decode/dynamic/utils.py): a
+    batch inside a range takes its k, one in a gap or beyond the last range carries the previous
+    range's k forward, and every k is capped at `num_speculative_tokens`. The scheduler looks it up
+    by the requests scheduled in the step; `batch` here is requests per replica and may be
+    fractional (a pool's in-flight over its replicas): it is rounded up, at least 1.
+
+    Args:
+        schedule: the table, or None (γ = `num_speculative_tokens` at every batch).
+        num_speculative_tokens: k, the speculator's configured draft length.
+        batch: requests per replica; None gives k (no batch known).
+
+    Returns:
+        γ in 0..k (0: the engine runs target-only steps at that batch).
+    """
+    if not schedule or batch is None:
+        return num_speculative_tokens
+    b = max(1, math.ceil(batch - 1e-9))
+    gamma = num_speculative_tokens
+    for first, _last, k in sorted(tuple(e) for e in schedule):
+        if first > b:
+            break
+        gamma = k
+    return min(num_speculative_tokens, gamma)

@@ -388,8 +388,11 @@ def llm_config(model: ModelConfig, pool: PoolConfig, deployment_config: dict | N
     if isinstance(pool, SpeculativePoolConfig):
         engine_kwargs["speculative_config"] = pool.speculator.to_vllm()
         # Each response reports its own acceptance (`metrics.speculative_decoding`): the router
-        # learns acceptance per task type from it.
-        engine_kwargs.setdefault("per_request_spec_decode_metrics", "summary")
+        # learns acceptance per task type from it; under a per-batch-size γ table per step
+        # ("detailed": drafts proposed and accepted in each step, router/decider.py `learn`).
+        engine_kwargs.setdefault(
+            "per_request_spec_decode_metrics",
+            "detailed" if pool.speculator.num_speculative_tokens_per_batch_size else "summary")
     env = {}
     busy_loop_s = pool.effective_shm_busy_loop_s()
     if busy_loop_s is not None:  # read by specserve's vLLM plugin in each engine process

@@ -286,9 +286,11 @@ class RouteDecider:
         self.speculators = SpeculatorTallies()
         self.shared_speculators: list[dict] | None = None
         self.rollout: dict = {}  # the rollout state at the last board read
+        speculator = cfg.speculative.speculator
         self.speedup_model = SPEEDUP_MODELS[pricing](
-            cfg.speculative.speculator.num_speculative_tokens,
-            {p: getattr(cfg, p).max_num_seqs for p in self.pools})
+            speculator.num_speculative_tokens,
+            {p: getattr(cfg, p).max_num_seqs for p in self.pools},
+            schedule=speculator.num_speculative_tokens_per_batch_size)
         self.speedup_model.alone_steps = cfg.router.allocate_load
         self.pressure = PressureTracker(board, replica_id,
                                         {p: cfg.initial_replicas(p) for p in self.pools})
@@ -424,10 +426,10 @@ class RouteDecider:
             RequestError: 400, as `route`; 503 for a sampled request only the speculative pool
                 may take while none of its replicas has reported its sampling check (starting).
         """
-        features = dataclasses.replace(request.features, expected_tokens=self.speedup_model
-                                       .expected_tokens(request.features.task,
-                                                        request.features.temperature,
-                                                        request.features.context_tokens))
+        model = self.speedup_model
+        features = dataclasses.replace(request.features, expected_tokens=model.expected_tokens(
+            request.features.task, request.features.temperature, request.features.context_tokens,
+            model.speculative_batch(loads)))
         router_cfg = self.cfg.router
         if self.pin != router_cfg.pin:
             router_cfg = router_cfg.model_copy(update={"pin": self.pin})
@@ -512,7 +514,13 @@ class RouteDecider:
         speculator's context, decodes one token per step uncounted. The policy divides E[τ] by the
         pool's mean step time over all steps, so those steps enter as steps accepting nothing:
         with h the histogram and n the completion tokens, decode steps without drafts =
-        n − 1 (the prefill's token) − Σ_j (j + 1)·h[j].
+        n − 1 (the prefill's token) − Σ_j (j + 1)·h[j]. Under a
+        `num_speculative_tokens_per_batch_size` table with a γ = 0 range those steps are mostly
+        the table's (priced at E[τ] = 1 there already) and are not added.
+
+        Under a table the speculative pool reports per-step drafts (`per_step_drafted` /
+        `per_step_accepted`, metrics level "detailed", deployments/pools.py), so a step that
+        drafted γ(B) < k is not read as rejecting the positions it never proposed.
         """
         spec = (payload.get("metrics") or {}).get("speculative_decoding")
         if not spec or not spec.get("acceptance_histogram"):
@@ -520,10 +528,12 @@ class RouteDecider:
         histogram = list(spec["acceptance_histogram"])
         self.speculators.observe(payload.get("system_fingerprint"), features.task, histogram)
         tokens = (payload.get("usage") or {}).get("completion_tokens")
-        if tokens:
+        schedule = self.speedup_model.schedule
+        if tokens and not any(k == 0 for _first, _last, k in schedule or ()):
             histogram[0] += max(0, tokens - 1 - sum((j + 1) * h for j, h in enumerate(histogram)))
-        self.speedup_model.acceptance.observe(features.task, features.temperature, histogram,
-                                              features.context_tokens)
+        self.speedup_model.acceptance.observe(
+            features.task, features.temperature, histogram, features.context_tokens,
+            drafted=spec.get("per_step_drafted"), accepted=spec.get("per_step_accepted"))
 
     def speculator_tallies(self) -> dict[str, dict[str, Tally]]:
         """Live acceptance per speculator fingerprint and task over every ingress replica (as of

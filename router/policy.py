@@ -61,6 +61,7 @@ from typing import Literal, Mapping
 
 from core import (AcceptanceEstimator, PoolStats, RequestedRoute, Route, RouterConfig,
                   StepTimeModel, TaskType, batched_speedup, expected_tokens)
+from core.specdecode import draft_tokens_at
 from core.step_time import HostSharing
 
 Reason = Literal[
@@ -313,13 +314,19 @@ class SpeedupModel:
     `pool_step_s` prices the pools).
 
     Args:
-        num_speculative_tokens: γ of the speculative pool.
+        num_speculative_tokens: k, the speculative pool's configured draft length.
         max_num_seqs: each pool's engine running-batch cap (vLLM `max_num_seqs`), for its
             step-time model (requests beyond it wait).
+        schedule: the speculative pool's `num_speculative_tokens_per_batch_size` (entries
+            (first batch, last batch, γ)), or None (γ = k at every batch). With a table, E[τ] at
+            a batch uses the first γ(B) positions' α (`core.specdecode.draft_tokens_at`); the
+            step times need no change, since the engine already drafts γ(B) in the steps they
+            are measured from.
     """
 
     num_speculative_tokens: int
     max_num_seqs: Mapping[str, int] = field(default_factory=dict)
+    schedule: list[tuple[int, int, int]] | None = None
     acceptance: AcceptanceEstimator = None  # type: ignore[assignment]
     step_times: dict[str, StepTimeModel] = field(default_factory=dict)
     host_sharing: HostSharing = field(default_factory=HostSharing)
@@ -360,11 +367,24 @@ class SpeedupModel:
                        if other_busy and self.alone_steps else None)
                 model.observe(batch, step_s / rho if rho else step_s, stats.mean_context)
 
-    def expected_tokens(self, task: TaskType, temperature: float, context_tokens: float = 0
-                        ) -> float:
+    def draft_tokens(self, batch: float | None) -> int:
+        """γ the speculative engine drafts at `batch` requests per replica (k without a
+        schedule or a batch)."""
+        return draft_tokens_at(self.schedule, self.num_speculative_tokens, batch)
+
+    def expected_tokens(self, task: TaskType, temperature: float, context_tokens: float = 0,
+                        batch: float | None = None) -> float:
         """E[τ] for this task, temperature and context (tokens; 0: short) from the current
-        per-position α (core/acceptance.py)."""
-        return expected_tokens(self.acceptance.alphas(task, temperature, context_tokens))
+        per-position α (core/acceptance.py), over the γ the speculative engine drafts at
+        `batch` requests per replica (`draft_tokens`; None: k)."""
+        alphas = self.acceptance.alphas(task, temperature, context_tokens)
+        return expected_tokens(alphas[:self.draft_tokens(batch)])
+
+    def speculative_batch(self, loads: Mapping[Route, PoolLoad]) -> float | None:
+        """Requests per replica the speculative pool would run with one more:
+        (in flight + 1) / replicas (None: no speculative pool in `loads`)."""
+        load = loads.get("speculative")
+        return (load.in_flight + 1) / max(load.replicas, 1) if load else None
 
     def step_time(self, pool: Route, batch: float, context: float | None = None
                   ) -> float | None:
@@ -389,7 +409,7 @@ class SpeedupModel:
         e_tau = features.expected_tokens  # as the decider already estimated it
         if e_tau is None:
             e_tau = self.expected_tokens(features.task, features.temperature,
-                                         features.context_tokens)
+                                         features.context_tokens, self.speculative_batch(loads))
         return batched_speedup(e_tau, vanilla, speculative)
 
     def latency_step_s(self, loads: Mapping[Route, PoolLoad], context_tokens: int = 0
@@ -417,15 +437,16 @@ class SpeedupModel:
 
         Returns:
             Rows {"batch", "vanilla_step_ms", "speculative_step_ms", "expected_tokens",
-            "speedup"}; empty until both pools are known.
+            "speedup"} (E[τ] over the γ drafted at that batch); empty until both pools are
+            known.
         """
         van, spec = self.step_times.get("vanilla"), self.step_times.get("speculative")
         if van is None or spec is None or not van.points() or not spec.points():
             return []
-        e_tau = self.expected_tokens(task, temperature, context or 0)
         rows = []
         for batch in sorted(set(van.points()) | set(spec.points())):
             t_v, t_s = van.step_time(batch, context), spec.step_time(batch, context)
+            e_tau = self.expected_tokens(task, temperature, context or 0, batch)
             rows.append({"batch": batch, "vanilla_step_ms": round(1000 * t_v, 3),
                          "speculative_step_ms": round(1000 * t_s, 3),
                          "expected_tokens": round(e_tau, 3),
@@ -568,6 +589,10 @@ def allocate(model: SpeedupModel, mix: LoadMix, loads: Mapping[Route, PoolLoad],
       ρ'_p = 1 + (ρ_p − 1) · P(both pools busy), P = 1 − f^n − (1 − f)^n, and ρ_p each pool's
       measured slowdown at its batch while the other is busy (`core.step_time.HostSharing`; a
       pool not yet measured takes the other's).
+
+    E_mix and E_f are the mix's E[τ] as each request was priced (at the speculative pool's batch
+    then): under a `num_speculative_tokens_per_batch_size` table they are not re-evaluated at the
+    batch an allocation would run.
 
     On separate accelerators ρ ≈ 1 and splitting keeps both at work, so split wins unless one
     pool alone is faster; on a shared host where two busy engines make less than one (ρ ≈ 2 on

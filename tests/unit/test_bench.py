@@ -465,3 +465,25 @@ def test_cells_price_each_task_at_its_temperature_and_the_cells_batch():
     assert predicted_s(curves, 16) == {"code": 1.0, "math": None, "extraction": None,
                                        "chat": 0.6, "creative": None}
     assert long_context(768) == 768 + 80  # half the longest mean output (creative, 160)
+
+
+def test_a_systems_speculator_keeps_the_configs_own_table_and_switch_replaces_it():
+    """bench.run measures the config's own speculator: its `num_speculative_tokens_per_batch_size`
+    reaches speculative-xN and routed; vllm-switch's schedule replaces it; another method takes
+    the lab's checkpoint without it."""
+    from bench.run import speculator_config
+    from core import DEFAULT_CONFIG_PATH, SpecserveConfig
+
+    data = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH).model_dump(mode="json")
+    data["speculative"]["speculator"]["num_speculative_tokens_per_batch_size"] = [[1, 8, 4],
+                                                                                  [9, 64, 2]]
+    base = SpecserveConfig.from_dict(data)
+    method = base.speculative.speculator.method
+    own = speculator_config(base, method, (0, 2), eager=True).speculative.speculator
+    assert own.num_speculative_tokens_per_batch_size == [(1, 8, 4), (9, 64, 2)]
+    switch = speculator_config(base, method, (0, 2), eager=True, schedule=[[1, 4, 4], [5, 64, 0]])
+    assert switch.speculative.speculator.num_speculative_tokens_per_batch_size == [(1, 4, 4),
+                                                                                   (5, 64, 0)]
+    other = "ngram" if method != "ngram" else "draft_model"
+    assert speculator_config(base, other, (1, 1), eager=True).speculative.speculator \
+        .num_speculative_tokens_per_batch_size is None

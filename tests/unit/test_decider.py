@@ -4,6 +4,7 @@ import pytest
 from ray.serve.llm.openai_api_models import CompletionRequest
 
 from core import DEFAULT_CONFIG_PATH, AcceptanceEstimator, PoolStats, SpecserveConfig
+from core.specdecode import expected_tokens
 from router.decider import RouteDecider
 from router.errors import RequestError
 from router.policy import PoolLoad
@@ -381,3 +382,68 @@ def test_acceptance_learned_on_long_prompts_prices_long_prompts_only(measured):
     _, short = decider.decide(decider.parse(code()), LOADS)
     assert after.speedup < 0.5 * before.speedup
     assert short.speedup == pytest.approx(before.speedup, rel=0.05)
+
+
+def _with_schedule(schedule) -> RouteDecider:
+    data = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH).model_dump(mode="json")
+    data["speculative"]["speculator"]["num_speculative_tokens_per_batch_size"] = schedule
+    decider = RouteDecider(SpecserveConfig.from_dict(data), ["vanilla", "speculative"])
+    decider.speedup_model.update_pools({"vanilla": PoolStats(profile={1: 0.010, 8: 0.012}),
+                                        "speculative": PoolStats(profile={1: 0.020, 8: 0.020})})
+    return decider
+
+
+def test_a_per_batch_size_table_prices_the_draft_length_the_engine_runs_at_that_batch():
+    """Under vLLM's `num_speculative_tokens_per_batch_size` the speculative engine drafts γ(B):
+    E[τ] at the speculative pool's batch (in flight + 1 per replica) uses the first γ(B)
+    positions only; without a table, k at every batch."""
+    k = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH).speculative.speculator.num_speculative_tokens
+    assert k >= 3
+    decider = _with_schedule([[1, 3, k], [4, 64, 1]])
+    alphas = decider.speedup_model.acceptance.alphas("code", 0.0)
+    small = {"vanilla": PoolLoad(1, 0), "speculative": PoolLoad(1, 2)}  # γ(3) = k
+    large = {"vanilla": PoolLoad(1, 0), "speculative": PoolLoad(1, 3)}  # γ(4) = 1
+    f_small, d_small = decider.decide(decider.parse(code()), small)
+    f_large, d_large = decider.decide(decider.parse(code()), large)
+    assert f_small.expected_tokens == pytest.approx(expected_tokens(alphas))
+    assert f_large.expected_tokens == pytest.approx(1 + alphas[0])
+    assert d_large.speedup < d_small.speedup
+    plain = _with_schedule(None)
+    f_plain, _ = plain.decide(plain.parse(code()), large)
+    assert f_plain.expected_tokens == pytest.approx(expected_tokens(alphas))
+    rows = decider.speedup_model.curve("code", 0.0)  # the operators' S(B) says the same
+    assert [r["expected_tokens"] for r in rows] == pytest.approx(
+        [expected_tokens(alphas), 1 + alphas[0]], abs=1e-3)
+
+
+def test_steps_that_drafted_fewer_than_k_do_not_count_against_the_positions_they_skipped():
+    """With per-step drafts (metrics level "detailed") a step of γ = 2 accepting both says nothing
+    of positions 3..k; read from the histogram alone it would count as rejecting position 3."""
+    decider = _with_schedule([[1, 3, 4], [4, 64, 2]])
+    features, _ = decider.decide(decider.parse(code()), LOADS)
+    steps = 200
+    decider.learn(features, {"metrics": {"speculative_decoding": {
+        "acceptance_histogram": [0, 0, steps, 0, 0],
+        "per_step_drafted": [2] * steps, "per_step_accepted": [2] * steps}}})
+    alphas = decider.speedup_model.acceptance.alphas("code", 0.0)
+    prior = decider.speedup_model.acceptance.priors["code"]
+    assert alphas[0] > 0.9 and alphas[1] > 0.9
+    assert alphas[2] == pytest.approx(prior) and alphas[3] == pytest.approx(prior)
+    summary = _with_schedule([[1, 3, 4], [4, 64, 2]])
+    summary.learn(features, {"metrics": {"speculative_decoding": {
+        "acceptance_histogram": [0, 0, steps, 0, 0]}}})
+    assert summary.speedup_model.acceptance.alphas("code", 0.0)[2] < 0.1
+
+
+def test_a_table_with_speculation_off_leaves_undrafted_steps_out_of_acceptance():
+    """A γ = 0 range decodes without drafts by the table's choice, priced at E[τ] = 1 there: the
+    undrafted steps are not added to the histogram as rejections (they are without a table)."""
+    decider = _with_schedule([[1, 3, 4], [4, 64, 0]])
+    features, _ = decider.decide(decider.parse(code()), LOADS)
+    decider.learn(features, {"usage": {"completion_tokens": 20}, "metrics": {
+        "speculative_decoding": {"acceptance_histogram": [0, 0, 0, 1, 1],
+                                 "per_step_drafted": [4, 4], "per_step_accepted": [3, 4]}}})
+    assert decider.speedup_model.acceptance.observed_steps("code", 0.0) == 2
+    large = {"vanilla": PoolLoad(1, 0), "speculative": PoolLoad(1, 3)}
+    f_large, _ = decider.decide(decider.parse(code()), large)
+    assert f_large.expected_tokens == 1.0

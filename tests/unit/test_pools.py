@@ -82,3 +82,17 @@ def test_the_stream_batching_interval_reaches_ray_serve_llm_and_the_first_chunk_
         with pytest.raises(ConfigError, match="speculative.stream_batching_interval_ms"):
             _pool(stream_batching_interval_ms=bad)
     assert PoolServer._batch_output_stream is not LLMServer._batch_output_stream
+
+
+def test_a_per_batch_size_table_asks_the_engine_for_per_step_acceptance():
+    """The router reads each response's drafts per step under a γ table (router/decider.py
+    `learn`): the engine reports them at vLLM's "detailed" level, the histogram alone otherwise."""
+    spec = SpecserveConfig.from_yaml(DEFAULT_CONFIG_PATH).speculative.speculator.model_dump(
+        mode="json")
+    plain = _pool().engine_kwargs
+    table = _pool(speculator=spec | {"num_speculative_tokens_per_batch_size": [[1, 8, 4],
+                                                                               [9, 64, 2]]})
+    assert plain["per_request_spec_decode_metrics"] == "summary"
+    assert table.engine_kwargs["per_request_spec_decode_metrics"] == "detailed"
+    assert table.engine_kwargs["speculative_config"]["num_speculative_tokens_per_batch_size"] == [
+        [1, 8, 4], [9, 64, 2]]
