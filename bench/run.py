@@ -9,7 +9,9 @@ time on a local Ray, driven through the real HTTP endpoint by vLLM's benchmark c
 (`vllm.benchmarks.serve`, what `vllm bench serve` runs; bench/serve_client.py) with the project's
 labeled prompts (bench/workload.py):
 1. "vanilla-xN": N vanilla replicas, no speculative pool;
-2. "speculative-<m>-xN": N speculative replicas, for each method in `--methods`;
+2. "speculative-<m>-xN": N speculative replicas, for each method in `--methods`; when the
+   config's speculator has a `num_speculative_tokens_per_batch_size` table, also
+   "speculative-<m>-k<k>-xN", the same speculator at fixed k;
 3. "routed" (the first method): the two pools split the budget (N - N//2 vanilla, N//2
    speculative), every request `route: auto`; on the same application "forced-vanilla" and
    "forced-speculative" send every request to one of its pools (each has part of the budget),
@@ -68,11 +70,13 @@ class App:
 
 
 def speculator_config(base: SpecserveConfig, method: str, replicas: tuple[int, int],
-                      eager: bool, schedule: list | None = None) -> SpecserveConfig:
+                      eager: bool, schedule: list | None = None, fixed_k: bool = False
+                      ) -> SpecserveConfig:
     """`base` with the speculative pool using `method` and (vanilla, speculative) replicas fixed
     (a pool at 0 is off). The base config's own speculator, when of `method`, is kept whole (its
     `num_speculative_tokens_per_batch_size` table, draft sampling, quantization); another method
-    gets the lab's checkpoint at the same k. `schedule` replaces the table (vllm-switch)."""
+    gets the lab's checkpoint at the same k. `schedule` replaces the table (vllm-switch);
+    `fixed_k` drops it (k at every batch)."""
     data = base.model_dump(mode="json")
     own = data["speculative"]["speculator"]
     if own["method"] == method:
@@ -83,6 +87,8 @@ def speculator_config(base: SpecserveConfig, method: str, replicas: tuple[int, i
             spec["model"] = f"${{models}}/{CHECKPOINTS[method]}"
     if schedule:
         spec["num_speculative_tokens_per_batch_size"] = schedule
+    elif fixed_k:
+        spec.pop("num_speculative_tokens_per_batch_size", None)
     data["speculative"]["speculator"] = spec
     data["vanilla"]["num_replicas"], data["speculative"]["num_replicas"] = replicas
     if "autoscaling" in data:  # fixed replicas: every system keeps its split of the budget
@@ -354,6 +360,11 @@ def main(argv: list[str] | None = None) -> int:
         apps += [App(f"speculative-{m}-x{budget}", speculator_config(base, m, (0, budget),
                                                                      args.eager),
                      {f"speculative-{m}-x{budget}": "auto"}) for m in methods]
+        if base.speculative.speculator.num_speculative_tokens_per_batch_size:
+            # the config's γ table against its own speculator at fixed k, side by side
+            name = f"speculative-{first}-k{k}-x{budget}"
+            apps.append(App(name, speculator_config(base, first, (0, budget), args.eager,
+                                                    fixed_k=True), {name: "auto"}))
     routed = App(f"routed-{split[0]}+{split[1]}", speculator_config(base, first, split, args.eager),
                  {"routed": "auto", "forced-vanilla": "vanilla",
                   "forced-speculative": "speculative"})

@@ -484,6 +484,9 @@ def test_a_systems_speculator_keeps_the_configs_own_table_and_switch_replaces_it
     switch = speculator_config(base, method, (0, 2), eager=True, schedule=[[1, 4, 4], [5, 64, 0]])
     assert switch.speculative.speculator.num_speculative_tokens_per_batch_size == [(1, 4, 4),
                                                                                    (5, 64, 0)]
+    fixed = speculator_config(base, method, (0, 2), eager=True, fixed_k=True).speculative
+    assert fixed.speculator.num_speculative_tokens_per_batch_size is None
+    assert fixed.speculator.num_speculative_tokens == own.num_speculative_tokens
     other = "ngram" if method != "ngram" else "draft_model"
     assert speculator_config(base, other, (1, 1), eager=True).speculative.speculator \
         .num_speculative_tokens_per_batch_size is None
