@@ -4,7 +4,8 @@ application `make serve` runs.
     python -m bench.ab --setting NAME --values V1 V2 [...] [--concurrency 1 2 4 8 16]
                        [--repeats 3] [--out DIR]
 
-`NAME` is a `PoolConfig` field (`shm_busy_loop_s`: bench.busy_loop) or else a vLLM engine argument
+`NAME` is `router.<field>` (a `RouterConfig` field: `router.max_speculative_temperature`), a
+`PoolConfig` field (`shm_busy_loop_s`: bench.busy_loop) or else a vLLM engine argument
 put in both pools' `engine_kwargs` (`stream_interval`: how many output tokens vLLM's frontend
 gathers before it hands a streamed chunk on; fewer chunks cost the serving frontend less CPU, the
 client sees tokens in bursts). Values are parsed as JSON (`1`, `0.002`, `true`), else kept as text.
@@ -47,11 +48,15 @@ def parse_value(text: str):
 
 
 def with_setting(base: SpecserveConfig, name: str, value, eager: bool) -> SpecserveConfig:
-    """Routed 1+1 (the default speculator, autoscaling off) with both pools' `name` = `value`:
-    the `PoolConfig` field of that name, else `engine_kwargs[name]`. Raises pydantic's
-    ValidationError for a value the field refuses."""
+    """Routed 1+1 (the config's speculator, autoscaling off) with `name` = `value`: the router's
+    field for `router.<field>`, else on both pools the `PoolConfig` field of that name, else
+    `engine_kwargs[name]`. Raises pydantic's ValidationError for a value the field refuses (an
+    unknown router field included)."""
     cfg = speculator_config(base, base.speculative.speculator.method, (1, 1), eager)
     data = cfg.model_dump(mode="json")
+    if name.startswith("router."):
+        data["router"][name.removeprefix("router.")] = value
+        return SpecserveConfig.from_dict(data)
     for pool in ("vanilla", "speculative"):
         if name in PoolConfig.model_fields:
             data[pool][name] = value
@@ -132,7 +137,8 @@ def main(argv: list[str] | None = None, prog: str = "bench.ab",
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     if setting is None:
         p.add_argument("--setting", required=True,
-                       help="a PoolConfig field, else a vLLM engine argument (engine_kwargs)")
+                       help="router.<RouterConfig field>, a PoolConfig field, else a vLLM "
+                       "engine argument (engine_kwargs)")
         p.add_argument("--values", nargs="+", required=True, type=parse_value,
                        help="two or more values to compare (JSON, else text)")
     else:
@@ -179,7 +185,7 @@ def main(argv: list[str] | None = None, prog: str = "bench.ab",
             for key in (keys if r % 2 == 0 else keys[::-1]):
                 print(f"round {r + 1} of {args.repeats}: {args.setting} = {key}", flush=True)
                 app = App(f"routed-1+1-{args.setting}-{key}", configs[key], SYSTEMS)
-                cells, _, _ = run_app(app, args, [], tokenizer, machine=True)
+                cells, _, _ = run_app(app, args, [], tokenizer, machine=True, seed=r)
                 results["rounds"][-1][key] = cells
                 (out / "results.json").write_text(json.dumps(results, indent=1))
     text = report(results)

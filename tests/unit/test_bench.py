@@ -341,12 +341,19 @@ def test_ab_sets_a_pool_field_or_an_engine_argument_on_both_pools():
     cfg = with_setting(base, "shm_busy_loop_s", 0.5, eager=True)
     assert "shm_busy_loop_s" not in cfg.vanilla.engine_kwargs
     assert cfg.speculative.effective_shm_busy_loop_s() == 0.5
+    cfg = with_setting(base, "router.max_speculative_temperature", 2.0, eager=True)
+    assert cfg.router.max_speculative_temperature == 2.0
+    assert cfg.vanilla.engine_kwargs == base.vanilla.engine_kwargs
 
 
 @pytest.mark.parametrize("argv, named", [
     (["--setting", "shm_busy_loop_s", "--values", "1", "-1"], "shm_busy_loop_s=-1"),
     (["--setting", "stream_intervall", "--values", "1", "4"], "stream_intervall"),
     (["--setting", "stream_interval", "--values", "4", "4"], "distinct"),
+    (["--setting", "router.max_speculative_temprature", "--values", "1", "2"],
+     "max_speculative_temprature"),
+    (["--setting", "router.max_speculative_temperature", "--values", "1", "-1"],
+     "router.max_speculative_temperature=-1"),
 ])
 def test_ab_refuses_a_bad_setting_before_it_starts_anything(argv, named, capsys, tmp_path):
     from bench.ab import main
