@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None, prog: str = "bench.ab",
     args.setting = setting or args.setting
     if len(set(map(json.dumps, args.values))) != len(args.values):
         p.error("--values: give distinct values")
-    args.workload, args.heldout_concurrency = "mixed", []
+    args.workload, args.heldout_concurrency, args.poisson_requests = "mixed", [], 0
     base = base_config(args)
     from deployments.engine_args import check_engine_kwargs
 
