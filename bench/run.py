@@ -27,7 +27,8 @@ ones: bench/prompts/README.md) in a closed-loop sweep over `--concurrency` and a
 set to fractions of vanilla-xN's measured capacity; beside the labeled mix, the held-out prompts
 (which the router's classifier was not fitted on) in a closed-loop sweep over
 `--heldout-concurrency`. The whole sequence of applications runs `--repeats` times (rounds: every system is
-measured once per round, so drift over the run hits all alike); the report gives each figure's
+measured once per round, the order rotated by one place each round after the first, so drift
+over the run and position after a restart hit all alike); the report gives each figure's
 median and min-max over the rounds, and each ratio per round. Engines are compiled, as `make
 serve` runs them, unless `--eager`. Output: `DIR/results.json`, `DIR/report.md`, `DIR/*.png`; the path is printed at the end.
 """
@@ -373,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     with local_serve(args.port):
         for r in range(args.repeats):
             print(f"round {r + 1} of {args.repeats}", flush=True)
-            for app in apps:
+            for app in round_order(apps, r):
                 rates = results.get("poisson_rates_req_s")  # measured on vanilla in round 1
                 _, extra = measure(app, rates, overhead=app is routed and r == 0,
                                    machine=app is routed, seed=r)
@@ -423,6 +424,18 @@ def _merge(into: dict, cells: dict) -> None:
     for key, systems in cells.items():
         for system, figures in systems.items():
             into.setdefault(key, {}).setdefault(system, []).append(figures)
+
+
+def round_order(apps: list, r: int) -> list:
+    """The applications in round `r`'s order (0-based): round 0 keeps the listed order (vanilla
+    first: its cells give the Poisson rates the others reuse; the routed app measures the overhead
+    cells), each later round rotates it by one more place, so no system always runs first or last
+    after a restart (drift and the machine's warmth then hit every system alike, in turn).
+    Returns a new list; `apps` is unchanged."""
+    if not apps:
+        return []
+    i = r % len(apps)
+    return apps[i:] + apps[:i]
 
 
 def _save(results: dict, out: Path) -> None:

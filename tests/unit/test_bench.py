@@ -497,3 +497,16 @@ def test_a_systems_speculator_keeps_the_configs_own_table_and_switch_replaces_it
     other = "ngram" if method != "ngram" else "draft_model"
     assert speculator_config(base, other, (1, 1), eager=True).speculative.speculator \
         .num_speculative_tokens_per_batch_size is None
+
+
+def test_each_round_after_the_first_rotates_the_application_order():
+    from bench.run import round_order
+
+    apps = ["vanilla", "spec", "routed"]
+    assert round_order(apps, 0) == apps  # vanilla first: its cells give the Poisson rates
+    orders = [round_order(apps, r) for r in range(3)]
+    assert [o[0] for o in orders] == ["vanilla", "spec", "routed"]  # each leads once
+    assert [o[-1] for o in orders] == ["routed", "vanilla", "spec"]
+    assert all(sorted(o) == sorted(apps) for o in orders)
+    assert round_order(apps, 4) == ["spec", "routed", "vanilla"] and apps[0] == "vanilla"
+    assert round_order([], 2) == []
