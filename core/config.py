@@ -152,10 +152,15 @@ class RouterConfig(Strict):
         "per-request rule at concurrency 64 (0.88x against 1.25x the better forced pool, "
         "bench/results/2026-12-06-tiny-hostshare-ab).")
     max_speculative_temperature: float = Field(
-        0.7, ge=0, description="Requests sampled hotter than this go vanilla (acceptance falls "
-        "with temperature), unless `allocate_load` is on, the pools measurably slow each other "
-        "(one host) and the whole load runs faster on the speculative pool (router/policy.py "
-        "`allocate`, reason `host_shared`).")
+        2.0, ge=0, description="Requests sampled hotter than this go vanilla (reason "
+        "`high_temperature`) whatever their expected speedup, unless `allocate_load` is on, the "
+        "pools measurably slow each other (one host) and the whole load runs faster on the "
+        "speculative pool (router/policy.py `allocate`, reason `host_shared`). Default 2.0, the "
+        "OpenAI maximum: no cap, the router's S decides, since the acceptance it measures is "
+        "kept per temperature bucket. On the weight-bound target at concurrency 1 a cap of "
+        "0.7 sent creative (1.0) vanilla where speculation was 1.25x faster, and the routed mix "
+        "made 0.91x its forced speculative pool, uncapped 0.94x, in the round the machine ran "
+        "steady (bench/results/2026-12-07-temperature-cap).")
 
 
 class ServerConfig(Strict):

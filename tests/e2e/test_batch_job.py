@@ -98,6 +98,7 @@ def config_path(tmp_path_factory) -> Path:
     for pool in ("vanilla", "speculative"):
         data[pool] |= {"enforce_eager": True, "profile_max_batch": 8}  # start in seconds
     data["server"]["port"] = PORT
+    data["router"]["max_speculative_temperature"] = 0.7  # the "hot" row's `high_temperature`
     path = tmp_path_factory.mktemp("batch") / "config.yaml"
     path.write_text(yaml.safe_dump(data))
     return path

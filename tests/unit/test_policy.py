@@ -6,7 +6,7 @@ from core import RouterConfig, batched_speedup
 from router.policy import PoolLoad, RequestFeatures, Unroutable, choose_route
 
 IDLE = {"vanilla": PoolLoad(1, 0), "speculative": PoolLoad(1, 0)}
-CFG = RouterConfig(max_speculative_in_flight=8)
+CFG = RouterConfig(max_speculative_in_flight=8, max_speculative_temperature=0.7)
 
 
 @pytest.mark.parametrize("req, pools, route, reason", [
@@ -32,6 +32,18 @@ CFG = RouterConfig(max_speculative_in_flight=8)
 def test_decision_table(req, pools, route, reason):
     d = choose_route(req, pools, CFG)
     assert (d.route, d.reason) == (route, reason)
+
+
+def test_by_default_no_temperature_is_capped_the_speedup_decides():
+    cfg = RouterConfig()
+    assert cfg.max_speculative_temperature == 2.0  # the OpenAI maximum: the cap is off
+    for s, route, reason in ((1.4, "speculative", "speculation_pays"),
+                             (0.9, "vanilla", "speculation_costs")):
+        d = choose_route(RequestFeatures("creative", 2.0), IDLE, cfg, speedup=s)
+        assert (d.route, d.reason) == (route, reason)
+    capped = RouterConfig(max_speculative_temperature=0.7)
+    d = choose_route(RequestFeatures("creative", 1.0), IDLE, capped, speedup=1.4)
+    assert (d.route, d.reason) == ("vanilla", "high_temperature")
 
 
 def test_pin_overrides_auto_but_not_the_request():
