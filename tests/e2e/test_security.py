@@ -225,7 +225,7 @@ def test_a_request_at_the_cap_is_served(client):
 
 def test_admission_counts_sequences_not_requests(client):
     long = {"model": MODEL, "prompt": CODE, "n": 2, "max_tokens": 900, "temperature": 0.8,
-            "seed": 1, "ignore_eos": True, "stream": True}
+            "seed": 1, "ignore_eos": True, "stream": True, "route": "vanilla"}  # counted there
     with client.stream("POST", "/v1/completions", json=long,
                        headers={"authorization": KEY}) as stream:
         assert stream.status_code == 200, stream.read()
