@@ -38,8 +38,8 @@ def _metric(client, name: str, **labels: str) -> float | None:
 def test_acceptance_estimate_converges_on_a_code_stream(client):
     # The session application keeps one estimator for every test; earlier tests fill the lower
     # buckets with their own traffic (half-life 5000 steps; the soak's forced-speculative mixed
-    # load reaches t≤1.0), so this stream uses the t>1.0 bucket, which only a forced
-    # `route: speculative` above temperature 1 reaches, and checks first that it is empty.
+    # load reaches t≤1.0), so this stream uses the t>1.0 bucket, which no other test's code
+    # traffic reaches (none samples code above temperature 1), and checks first that it is empty.
     temperature, bucket = 1.05, "t>1.0"
     name, labels = "specserve_mean_acceptance_length", {"task": "code", "temperature": bucket,
                                                         "context": "short"}
