@@ -18,8 +18,9 @@ machine cell (16 streams on the vanilla pool vs alternating on both pools). Ever
 value once, the order alternating round by round so drift hits them alike. Load comes from vLLM's
 benchmark client (bench/serve_client.py). Printed and written to `DIR/report.md` and
 `DIR/results.json`: per cell and value, output tok/s median [min-max] over the rounds; per level,
-routed / the better forced route per round; the machine cell's both-pools / one-pool; the cores
-each part of the stack kept busy.
+routed / the better forced route per round; the machine cell's both-pools / one-pool; where the
+routed system sent each task and the router's reasons, round by round (two values that route
+alike differ only by noise); the cores each part of the stack kept busy.
 """
 
 from __future__ import annotations
@@ -84,6 +85,19 @@ def _labels(results: dict) -> tuple[str, list[str], list[str]]:
     return results["setting"], values, values
 
 
+def route_summary(cell: dict) -> tuple[str, str]:
+    """(`code 8/0, math 10/1`: each task's speculative/vanilla requests, `speculation_pays 15,
+    speculation_costs 17`: the router's reasons with their counts) of one routed system's cell
+    (bench/cells.py `route_mix_by_task`, `route_reasons`); "-" for what a cell lacks (runs
+    before the route counts were kept)."""
+    mix = cell.get("route_mix_by_task") or {}
+    by_task = ", ".join(f"{t} {m.get('speculative', 0)}/{m.get('vanilla', 0)}"
+                        for t, m in sorted(mix.items())) or "-"
+    reasons = ", ".join(f"{k.split('/')[-1]} {n}" for k, n in sorted(
+        (cell.get("route_reasons") or {}).items(), key=lambda kv: -kv[1])) or "-"
+    return by_task, reasons
+
+
 def report(results: dict) -> str:
     """Markdown: tok/s per cell and value, routed / better forced route, machine both / one."""
     rounds = results["rounds"]
@@ -116,6 +130,16 @@ def report(results: dict) -> str:
                                   / cell["one-pool"]["output_tok_s"])
             row.append(spread(ratios) + " (" + ", ".join(f"{x:.2f}" for x in ratios) + ")")
         lines.append(f"| {key} | " + " | ".join(row) + " |")
+    lines += ["", "Where the routed system sent each task, per round (speculative/vanilla requests), "
+              "and why:", "", f"| cell | {setting} | round | routes by task | reasons |",
+              "|---|---|---|---|---|"]
+    for key in keys:
+        if "routed" not in rounds[0][values[0]][key]:
+            continue
+        for v, label in zip(values, labels):
+            for i, r in enumerate(rounds, 1):
+                by_task, reasons = route_summary(r[v][key]["routed"])
+                lines.append(f"| {key} | {label} | {i} | {by_task} | {reasons} |")
     lines += ["", "Cores kept busy (median over rounds) per part of the stack:", "",
               f"| cell | system | {setting} | cores |", "|---|---|---|---|"]
     for key in keys:

@@ -510,3 +510,21 @@ def test_each_round_after_the_first_rotates_the_application_order():
     assert all(sorted(o) == sorted(apps) for o in orders)
     assert round_order(apps, 4) == ["spec", "routed", "vanilla"] and apps[0] == "vanilla"
     assert round_order([], 2) == []
+
+
+def test_ab_report_says_where_the_routed_system_sent_each_task_and_why():
+    """The committed temperature-cap run: at c16 both values route creative vanilla, capped by
+    `high_temperature`, uncapped by `speculation_costs` (README "The temperature cap")."""
+    import json
+    from pathlib import Path
+
+    from bench.ab import report, route_summary
+
+    run = json.loads((Path(__file__).parents[2] / "bench/results/2026-12-07-temperature-cap-load"
+                      / "results.json").read_text())
+    text = report(run)
+    assert ("| mixed@c16 | 0.7 | 1 | chat 0/10, code 1/0, creative 0/6, extraction 4/0, math 10/1 "
+            "| speculation_pays 15, speculation_costs 11, high_temperature 6 |") in text
+    assert ("| mixed@c16 | 2.0 | 2 | chat 0/10, code 1/0, creative 0/6, extraction 4/0, math 10/1 "
+            "| speculation_costs 17, speculation_pays 15 |") in text
+    assert route_summary({}) == ("-", "-")
