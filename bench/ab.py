@@ -33,6 +33,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench.report import mix_by_task, route_reasons
 from bench.run import (App, add_serving_arguments, base_config, local_serve, machine_info, run_app,
                        speculator_config)
 from core import PoolConfig, SpecserveConfig, resolve_path
@@ -86,16 +87,10 @@ def _labels(results: dict) -> tuple[str, list[str], list[str]]:
 
 
 def route_summary(cell: dict) -> tuple[str, str]:
-    """(`code 8/0, math 10/1`: each task's speculative/vanilla requests, `speculation_pays 15,
-    speculation_costs 17`: the router's reasons with their counts) of one routed system's cell
-    (bench/cells.py `route_mix_by_task`, `route_reasons`); "-" for what a cell lacks (runs
-    before the route counts were kept)."""
-    mix = cell.get("route_mix_by_task") or {}
-    by_task = ", ".join(f"{t} {m.get('speculative', 0)}/{m.get('vanilla', 0)}"
-                        for t, m in sorted(mix.items())) or "-"
-    reasons = ", ".join(f"{k.split('/')[-1]} {n}" for k, n in sorted(
-        (cell.get("route_reasons") or {}).items(), key=lambda kv: -kv[1])) or "-"
-    return by_task, reasons
+    """(each task's speculative/vanilla requests, the router's route/reason counts) of one routed
+    system's cell, as bench.run's report writes them (bench/report.py); "-" for what a cell
+    lacks (runs before the route counts were kept)."""
+    return mix_by_task([cell]) or "-", route_reasons(cell)
 
 
 def report(results: dict) -> str:

@@ -172,7 +172,7 @@ async def measure_app(url: str, app, args, rates: list[float] | None, model: str
                                             Load(concurrency=c)))], slo, tokenizer)
             cells.setdefault(f"machine@c{c}", {})[name] = got
             print(f"machine@c{c:<6} {name:>24}: {_line(got)}", flush=True)
-    if not getattr(args, "poisson_requests", 0):  # 0 or none (bench.ab): no Poisson cells
+    if not args.poisson_requests:  # --poisson-requests 0 (bench.ab sets 0): no Poisson cells
         return cells
     if rates is None:  # fractions of the first system's capacity, measured by the sweep
         first = next(iter(app.systems))

@@ -122,8 +122,8 @@ def write_report(results: dict, out: Path) -> None:
                                         "long prompts, S(B, L) at their context")
     lines += ["", "## Routed: route mix per cell (all rounds; by task: speculative / vanilla; "
               "the router's reasons, round by round)", ""]
-    lines += [f"- {key}: {_mix(row['routed'])}; {_mix_by_task(row['routed'])}; reasons "
-              + " | ".join(_reasons(r) for r in row["routed"])
+    lines += [f"- {key}: {_mix(row['routed'])}; {mix_by_task(row['routed'])}; reasons "
+              + " | ".join(route_reasons(r) for r in row["routed"])
               for key, row in cells.items() if "routed" in row]
     lines += ["", "## Acceptance (vLLM's client, from `vllm:spec_decode_*` before and after each "
               "cell): mean acceptance length (acceptance rate %)", "",
@@ -165,14 +165,16 @@ def _mix(runs: list[dict]) -> dict:
     return out
 
 
-def _reasons(run: dict) -> str:
+def route_reasons(run: dict) -> str:
     """One round's "route/reason n" counts (`specserve_requests_total`'s `reason` label), most
     first; "-" before runs recorded them."""
     got = sorted(run.get("route_reasons", {}).items(), key=lambda kv: -kv[1])
     return ", ".join(f"{k} {n}" for k, n in got) or "-"
 
 
-def _mix_by_task(runs: list[dict]) -> str:
+def mix_by_task(runs: list[dict]) -> str:
+    """Each task's speculative/vanilla requests summed over `runs` (`code 8/0, math 10/1`, tasks
+    sorted); "" when no run recorded them."""
     tasks: dict[str, list[int]] = {}
     for r in runs:
         for task, mix in r.get("route_mix_by_task", {}).items():

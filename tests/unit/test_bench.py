@@ -524,7 +524,8 @@ def test_ab_report_says_where_the_routed_system_sent_each_task_and_why():
                       / "results.json").read_text())
     text = report(run)
     assert ("| mixed@c16 | 0.7 | 1 | chat 0/10, code 1/0, creative 0/6, extraction 4/0, math 10/1 "
-            "| speculation_pays 15, speculation_costs 11, high_temperature 6 |") in text
+            "| speculative/speculation_pays 15, vanilla/speculation_costs 11, "
+            "vanilla/high_temperature 6 |") in text
     assert ("| mixed@c16 | 2.0 | 2 | chat 0/10, code 1/0, creative 0/6, extraction 4/0, math 10/1 "
-            "| speculation_costs 17, speculation_pays 15 |") in text
+            "| vanilla/speculation_costs 17, speculative/speculation_pays 15 |") in text
     assert route_summary({}) == ("-", "-")
