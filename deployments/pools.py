@@ -125,12 +125,14 @@ class PoolServer(LLMServer):
             "%s sampling at temperature > 0 %s: %s", pool,
             "verified lossless" if self._sampling.lossless else "NOT verified lossless "
             "(sampled requests stay off this pool)", self._sampling.detail)
-        t0 = time.perf_counter()
+        t0, wall = time.perf_counter(), {}
         self._profile = await profile_step_times(
             self._run_profile_request, lambda: self.engine_stats_now().iterations,
-            profile_batches(profile_max_batch))
-        logger.info("%s step-time profile in %.1f s: %s", pool, time.perf_counter() - t0,
-                    {b: f"{s * 1e3:.1f} ms" for b, s in self._profile.items()})
+            profile_batches(profile_max_batch), latencies=self._decode_latencies(), wall=wall)
+        logger.info("%s step-time profile in %.1f s: %s (by the wall clock: %s)", pool,
+                    time.perf_counter() - t0,
+                    {b: f"{s * 1e3:.1f} ms" for b, s in self._profile.items()},
+                    {b: f"{s * 1e3:.1f} ms" for b, s in wall.items()})
         self._profile_context = await self._profile_context_cost(llm_config, profile_max_batch)
         self._steps = StepTimeModel()
         self._steps.load_profile(self._profile)
@@ -191,7 +193,8 @@ class PoolServer(LLMServer):
         t0 = time.perf_counter()
         cost = await profile_context_cost(
             self._run_profile_request, lambda: self.engine_stats_now().iterations, batch,
-            lambda text: len(tokenizer.encode(text).ids), long_tokens)
+            lambda text: len(tokenizer.encode(text).ids), long_tokens,
+            latencies=self._decode_latencies())
         logger.info("%s context cost in %.1f s (batch %d, %d-token prompts): %s", self._pool,
                     time.perf_counter() - t0, batch, long_tokens,
                     "not measured" if cost is None else
@@ -203,6 +206,14 @@ class PoolServer(LLMServer):
         `PoolConfig`), except that the first chunk leaves as soon as the engine makes it
         (deployments/streaming.py: Ray Serve LLM holds it for the whole first interval)."""
         return first_then_batched(generator, self._get_batch_interval_ms())
+
+    def _decode_latencies(self) -> Callable[[], tuple[int, float]] | None:
+        """The engine's decode-only inter-token latency tally, (count, seconds), as a callable
+        for the startup profile (deployments/profile.py); None without a stat logger."""
+        tally = self._stat_logger
+        if tally is None:
+            return None
+        return lambda: (tally.decode_itl_count, tally.decode_itl_sum_s)
 
     async def _run_profile_request(self, prompt: str, max_tokens: int,
                                    on_first: Callable[[], None]) -> None:

@@ -3,11 +3,21 @@
 For each batch size B (powers of two), B greedy requests of `1 + decode_tokens` tokens run
 together, streamed. The measured window opens when the last of them has its first token (every
 prefill done) and closes when the first of them finishes, so that B requests decode in every step
-of it and no step prefills: seconds per decode step = Δwall / Δengine iterations over the window
-(vLLM's `vllm:iteration_tokens_total` count, read at both ends just after an output arrived, so
-its lag behind the outputs cancels). On the vanilla pool that is T_t(B, 1); on the speculative pool
-γ·T_d(B) + T_t(B, γ+1): what a running request lives per step, the quantity the router's served
-samples (mean inter-token latency, core/step_time.py) measure.
+of it and no step prefills: seconds per decode step = the mean of vLLM's inter-token latencies of
+the window's decode-only iterations (Δsum / Δcount of the replica's tally,
+deployments/engine_metrics.py `PoolStatLogger`, read at both ends just after an output arrived,
+so its lag behind the outputs cancels), the very estimator of the router's served samples
+(`core.stats.busy_window_samples`); where the replica keeps no tally, Δwall / Δengine iterations
+(vLLM's `vllm:iteration_tokens_total` count). On the vanilla pool that is T_t(B, 1); on the
+speculative pool γ·T_d(B) + T_t(B, γ+1): what a running request lives per step.
+
+Why the latencies and not the wall clock: a profile point and a served sample of the same batch
+are then the same quantity, and vLLM stamps each output in the engine process
+(`EngineCoreOutputs.timestamp`), while the wall clock runs in the replica's frontend, which sees
+an output late by however long it waited for a core (at start, beside the other pool's profile).
+On one fresh `make serve` (2-core AMD EPYC, 2026-12-07) the two agreed within 0.4 ms at every
+batch up to 64 and read 73.4 / 77.2 ms at 128 (the replica logs both); the speculative pool's
+batch-1 point, 7.5 ms, then gave way to served samples of 6.1-6.5 ms within twelve requests.
 
 Why a window: the 16-token profile that counted every step of its requests measured 1459 ms per
 step at batch 64 on the weight-bound target's speculative pool, where the prefill alone took 4.9 s
@@ -52,11 +62,15 @@ def profile_prompt(tag: int) -> str:
 
 
 RunOne = Callable[[str, int, Callable[[], None]], Awaitable[None]]
+# (count, sum in seconds) of the engine's decode-only inter-token latencies so far
+Latencies = Callable[[], tuple[int, float]]
 
 
 async def profile_step_times(run_one: RunOne, iterations: Callable[[], int],
                              batches: list[int],
-                             decode_tokens: int = DECODE_TOKENS) -> dict[int, float]:
+                             decode_tokens: int = DECODE_TOKENS,
+                             latencies: Latencies | None = None,
+                             wall: dict[int, float] | None = None) -> dict[int, float]:
     """{B: seconds per decode step} for each B in `batches`, after one unmeasured warm-up
     request: an engine's first requests pay one-off costs (vLLM's n-gram proposer is numba code;
     which first-use cost it was is not measured). Without it the default config's speculative
@@ -73,6 +87,10 @@ async def profile_step_times(run_one: RunOne, iterations: Callable[[], int],
         iterations: the engine's step counter now.
         batches: batch sizes to measure.
         decode_tokens: output tokens after the first (≥ 1).
+        latencies: the engine's decode-only inter-token latency tally now (count, seconds);
+            None: time the windows by the wall clock (module docstring).
+        wall: when given, also filled with each batch's Δwall / Δiterations (for the log:
+            the two estimators side by side).
 
     Raises:
         ValueError: decode_tokens < 1.
@@ -84,40 +102,52 @@ async def profile_step_times(run_one: RunOne, iterations: Callable[[], int],
     if batches:
         await run_one(profile_prompt(next(tags)), 1 + decode_tokens, lambda: None)
     for b in batches:
-        step_s = await _decode_window(run_one, iterations, b, 1 + decode_tokens, tags)
+        step_s, wall_s = await _decode_window(run_one, iterations, b, 1 + decode_tokens, tags,
+                                              latencies)
         if step_s is not None:
             out[b] = step_s
+        if wall is not None and wall_s is not None:
+            wall[b] = wall_s
     return out
 
 
 async def _decode_window(run_one: RunOne, iterations: Callable[[], int], batch: int,
-                         max_tokens: int, tags: Iterator[int]) -> float | None:
-    """Seconds per step while all `batch` requests decode (None: no step had them all)."""
+                         max_tokens: int, tags: Iterator[int], latencies: Latencies | None = None
+                         ) -> tuple[float | None, float | None]:
+    """(seconds per step while all `batch` requests decode, Δwall / Δiterations over the same
+    window); the first is the window's mean decode-only inter-token latency, or without
+    `latencies` (or none in the window) the second. (None, None): no step had them all."""
     return await _decode_window_of(run_one, iterations, batch, max_tokens,
-                                   lambda: profile_prompt(next(tags)))
+                                   lambda: profile_prompt(next(tags)), latencies)
 
 
 async def _decode_window_of(run_one: RunOne, iterations: Callable[[], int], batch: int,
-                            max_tokens: int, prompt: Callable[[], str]) -> float | None:
+                            max_tokens: int, prompt: Callable[[], str],
+                            latencies: Latencies | None = None
+                            ) -> tuple[float | None, float | None]:
     """`_decode_window` on prompts from `prompt()`, one per request."""
     started = 0
-    ends: dict[str, tuple[float, int]] = {}
+    ends: dict[str, tuple[float, int, tuple[int, float]]] = {}
+    tally = latencies or (lambda: (0, 0.0))
 
     def on_first() -> None:
         nonlocal started
         started += 1
         if started == batch:
-            ends["open"] = (time.perf_counter(), iterations())
+            ends["open"] = (time.perf_counter(), iterations(), tally())
 
     async def one() -> None:
         await run_one(prompt(), max_tokens, on_first)
-        ends.setdefault("close", (time.perf_counter(), iterations()))
+        ends.setdefault("close", (time.perf_counter(), iterations(), tally()))
 
     await asyncio.gather(*(one() for _ in range(batch)))
     if "open" not in ends:
-        return None
-    (t0, it0), (t1, it1) = ends["open"], ends["close"]
-    return (t1 - t0) / (it1 - it0) if it1 > it0 and t1 > t0 else None
+        return None, None
+    (t0, it0, (n0, s0)), (t1, it1, (n1, s1)) = ends["open"], ends["close"]
+    if not (it1 > it0 and t1 > t0):
+        return None, None
+    wall_s = (t1 - t0) / (it1 - it0)
+    return ((s1 - s0) / (n1 - n0) if n1 > n0 and s1 > s0 else wall_s), wall_s
 
 
 # The context-cost windows (`profile_context_cost`): their batch, and the longest prompt the long
@@ -160,7 +190,8 @@ def context_prompt(tag: int, tokens: int, count: Callable[[str], int]) -> str:
 
 async def profile_context_cost(run_one: RunOne, iterations: Callable[[], int], batch: int,
                                count: Callable[[str], int], long_tokens: int,
-                               decode_tokens: int = DECODE_TOKENS, repeats: int = 2
+                               decode_tokens: int = DECODE_TOKENS, repeats: int = 2,
+                               latencies: Latencies | None = None
                                ) -> tuple[float, float] | None:
     """(κ, L_ref): the context cost of a decode step, from decode windows (`_decode_window`) at
     the same `batch`, on the profile's short prompts and on prompts of about `long_tokens`
@@ -175,7 +206,7 @@ async def profile_context_cost(run_one: RunOne, iterations: Callable[[], int], b
     arXiv:2408.11049).
 
     Args:
-        run_one, iterations: as `profile_step_times`.
+        run_one, iterations, latencies: as `profile_step_times`.
         batch: sequences decoding together in each window (≥ 1).
         count: tokens of a prompt in the target's tokenizer.
         long_tokens: the long prompts' length in tokens (`long_prompt_tokens`).
@@ -193,10 +224,11 @@ async def profile_context_cost(run_one: RunOne, iterations: Callable[[], int], b
     long_tags = itertools.count(1 << 21)
     shorts, longs = [], []
     for _ in range(max(1, repeats)):
-        shorts.append(await _decode_window(run_one, iterations, batch, 1 + decode_tokens, tags))
-        longs.append(await _decode_window_of(
+        shorts.append((await _decode_window(run_one, iterations, batch, 1 + decode_tokens, tags,
+                                            latencies))[0])
+        longs.append((await _decode_window_of(
             run_one, iterations, batch, 1 + decode_tokens,
-            lambda: context_prompt(next(long_tags), long_tokens, count)))
+            lambda: context_prompt(next(long_tags), long_tokens, count), latencies))[0])
     shorts, longs = [t for t in shorts if t is not None], [t for t in longs if t is not None]
     if not shorts or not longs:
         return None

@@ -32,6 +32,17 @@ class Engine:
         self.tokens_per_step = tokens_per_step
         self._waiting: list[list] = []
         self._running: list[list] = []
+        self.itl_count, self.itl_sum = 0, 0.0  # decode-only inter-token latencies, as vLLM's
+
+    def latencies(self) -> tuple[int, float]:
+        return self.itl_count, self.itl_sum
+
+    def tally(self, prefill: list, decode: list, step: float) -> None:
+        """One inter-token latency per decoding request, in steps where no request got its
+        first token (deployments/engine_metrics.py `decode_only_latencies`)."""
+        if not prefill:
+            self.itl_count += len(decode)
+            self.itl_sum += step * len(decode)
 
     async def run_one(self, prompt: str, max_tokens: int, on_first) -> None:
         self.prompts.append(prompt)
@@ -47,7 +58,9 @@ class Engine:
                 continue
             prefill, self._waiting = self._waiting[:CHUNK], self._waiting[CHUNK:]
             decode, self._running = self._running, []
-            self.clock += PREFILL_S * len(prefill) + (step_s(len(decode)) if decode else 0.0)
+            step = PREFILL_S * len(prefill) + (step_s(len(decode)) if decode else 0.0)
+            self.clock += step
+            self.tally(prefill, decode, step)
             self.iterations += 1
             for request in prefill:
                 request[0] -= 1
@@ -80,6 +93,43 @@ def test_only_steps_in_which_every_request_decodes_are_timed(monkeypatch, tokens
     engine = Engine(tokens_per_step)
     measured = measure(monkeypatch, engine, [1, 2, 4, 8, 16])
     assert measured == pytest.approx({b: step_s(b) for b in (1, 2, 4, 8, 16)})
+
+
+@pytest.mark.parametrize("tokens_per_step", [1, 3])
+def test_the_latency_tally_times_the_same_steps_as_the_wall_clock(monkeypatch, tokens_per_step):
+    engine = Engine(tokens_per_step)
+    wall: dict[int, float] = {}
+    measured = measure(monkeypatch, engine, [1, 2, 4, 8, 16], latencies=engine.latencies,
+                       wall=wall)
+    expected = {b: step_s(b) for b in (1, 2, 4, 8, 16)}
+    assert measured == pytest.approx(expected)
+    assert wall == pytest.approx(expected)
+
+
+def test_a_frontend_late_to_see_the_outputs_skews_the_wall_clock_not_the_latencies(
+        monkeypatch):
+    """The replica's frontend reads the clock later each time it gets a core (here 20 ms more
+    at every reading), as when it waits for a core; vLLM stamps the
+    latencies in the engine, so only the wall clock's windows grow."""
+    engine = Engine(4)
+    readings = iter(range(1 << 20))
+    wall: dict[int, float] = {}
+
+    async def main():
+        server = asyncio.get_running_loop().create_task(engine.serve())
+        try:
+            return await profile_step_times(engine.run_one, lambda: engine.iterations, [1, 2],
+                                            latencies=engine.latencies, wall=wall)
+        finally:
+            server.cancel()
+
+    monkeypatch.setattr(profile.time, "perf_counter",
+                        lambda: engine.clock + 0.020 * next(readings))
+    measured = asyncio.run(main())
+    assert measured == pytest.approx({1: step_s(1), 2: step_s(2)})
+    steps_per_window = profile.DECODE_TOKENS // 4
+    for b in (1, 2):  # one reading 20 ms later than the other, over ~12 steps
+        assert wall[b] == pytest.approx(step_s(b) + 0.020 / steps_per_window, rel=0.1)
 
 
 def test_a_batch_whose_requests_never_all_decode_together_is_left_out(monkeypatch):
@@ -137,8 +187,10 @@ class ContextEngine(Engine):
             prefill, self._waiting = self._waiting[:CHUNK], self._waiting[CHUNK:]
             decode, self._running = self._running, []
             read = sum(self._context[id(r)] for r in decode)
-            self.clock += PREFILL_S * len(prefill) + (
-                step_s(len(decode)) + KAPPA * read if decode else 0.0)
+            step = PREFILL_S * len(prefill) + (step_s(len(decode)) + KAPPA * read if decode
+                                               else 0.0)
+            self.clock += step
+            self.tally(prefill, decode, step)
             self.iterations += 1
             for request in prefill:
                 request[0] -= 1
@@ -153,23 +205,27 @@ class ContextEngine(Engine):
                     self._running.append(request)
 
 
-def measure_context(monkeypatch, engine: Engine, batch: int, long_tokens: int):
+def measure_context(monkeypatch, engine: Engine, batch: int, long_tokens: int, latencies=None):
     monkeypatch.setattr(profile.time, "perf_counter", lambda: engine.clock)
 
     async def main():
         server = asyncio.get_running_loop().create_task(engine.serve())
         try:
             return await profile.profile_context_cost(engine.run_one, lambda: engine.iterations,
-                                                      batch, chars, long_tokens)
+                                                      batch, chars, long_tokens,
+                                                      latencies=latencies)
         finally:
             server.cancel()
 
     return asyncio.run(main())
 
 
-def test_the_context_cost_is_the_step_time_a_context_token_adds_per_sequence(monkeypatch):
+@pytest.mark.parametrize("by_latencies", [False, True])
+def test_the_context_cost_is_the_step_time_a_context_token_adds_per_sequence(monkeypatch,
+                                                                            by_latencies):
     engine = ContextEngine()
-    kappa, ref = measure_context(monkeypatch, engine, 4, 2000)
+    kappa, ref = measure_context(monkeypatch, engine, 4, 2000,
+                                 latencies=engine.latencies if by_latencies else None)
     assert kappa == pytest.approx(KAPPA, rel=1e-6)
     short = profile.profile_prompt(0)
     assert ref == pytest.approx(chars(short) + 1 + profile.DECODE_TOKENS / 2)
