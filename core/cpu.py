@@ -27,6 +27,21 @@ def cpu_flags(cpuinfo: str | None = None) -> set[str]:
     return set()
 
 
+def cpu_model_name(cpuinfo: str | None = None) -> str:
+    """The processor's model name (`model name` on x86, else `Hardware` / `CPU part` lines on
+    Arm) from /proc/cpuinfo (or the given text); "" where it cannot be read."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return ""
+    found: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        found.setdefault(key.strip(), value.strip())
+    return next((found[k] for k in ("model name", "Hardware", "CPU part") if found.get(k)), "")
+
+
 def cpu_auto_dtype(flags: set[str] | None = None) -> str:
     """What a CPU engine's `dtype: auto` should mean on this node: "auto" (vLLM's choice,
     bfloat16 for a bfloat16 checkpoint) where the CPU has a native bfloat16 path

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
+import ray
 import vllm
 
 from ray import serve
@@ -26,7 +27,7 @@ from vllm.v1.metrics.reader import get_metrics_snapshot
 from core import (PUSH_PERIOD_S, CaptureConfig, EngineStats, ModelConfig, PoolConfig,
                   SpeculativePoolConfig, StepTimeModel, busy_window_samples, resolve_path,
                   use_serve_log_handlers)
-from core.cpu import served_dtype
+from core.cpu import cpu_model_name, served_dtype
 from core.pool_config import SHM_BUSY_LOOP_ENV
 from core.rollout import CANARY_ENV, parse_canary, speculator_fingerprint
 from core.stats import BUSY_METRIC, MEMORY_BOUND_METRIC, WAITING_METRIC
@@ -35,7 +36,7 @@ from deployments.cores import SHARE_CORES_ENV, CoreLease, NoFreeCores
 from deployments.engine_args import check_engine_kwargs
 from deployments.engine_metrics import export_engine_metrics
 from deployments.profile import (CONTEXT_BATCH, long_prompt_tokens, profile_batches,
-                                 profile_context_cost, profile_step_times)
+                                 profile_context_cost, profile_key, profile_step_times)
 from deployments.sampling_check import SamplingCheck, check_sampling
 from deployments.streaming import first_then_batched
 from deployments.utilization import make_source
@@ -48,11 +49,30 @@ logger = logging.getLogger("specserve.pools")
 # made speculative decoding ~30% faster on 2 cores (../shared/DESIGN.md §3).
 _IOMP = Path(sys.prefix) / "lib" / "libiomp5.so"
 CAPTURE_CLOSE_S = 10.0  # longest a stopping replica waits for capture's last write
+KNOWN_PROFILE_WAIT_S = 10.0  # longest a starting replica waits for the board's known profile
+
+
+def _hardware(cpu_cores: int) -> str:
+    """What a replica's engine runs on, for its profile's key (deployments/profile.py
+    `profile_key`): on CPU (`cpu_cores` > 0) the processor's model name and the cores it owns;
+    on GPU the `accelerator_type:` resources Ray gives this node (e.g. "H100"; "" where none)."""
+    if cpu_cores:
+        return f"cpu {cpu_model_name()} x{cpu_cores}"
+    node = ray.get_runtime_context().get_node_id()
+    types = [k.split(":", 1)[1] for n in ray.nodes() if n.get("NodeID") == node
+             for k in n.get("Resources", {}) if k.startswith("accelerator_type:")]
+    return "gpu " + ",".join(sorted(types))
 
 
 class PoolServer(LLMServer):
     """`LLMServer` that profiles its engine at start, checks that it samples losslessly
     (deployments/sampling_check.py) and pushes its stats to the StatsBoard.
+
+    The startup profile (step times by batch, deployments/profile.py) is measured once per
+    engine and hardware: a replica whose `profile_key` the StatsBoard already knows (an earlier
+    replica of the pool, one scaled away meanwhile included, or one of the previous build in a
+    rollout) adopts that profile and serves at once; a new or restarted board has none, and the
+    replica measures its own and leaves it there.
 
     Args:
         llm_config: the Ray Serve LLM config of this pool.
@@ -125,15 +145,32 @@ class PoolServer(LLMServer):
             "%s sampling at temperature > 0 %s: %s", pool,
             "verified lossless" if self._sampling.lossless else "NOT verified lossless "
             "(sampled requests stay off this pool)", self._sampling.detail)
-        t0, wall = time.perf_counter(), {}
-        self._profile = await profile_step_times(
-            self._run_profile_request, lambda: self.engine_stats_now().iterations,
-            profile_batches(profile_max_batch), latencies=self._decode_latencies(), wall=wall)
-        logger.info("%s step-time profile in %.1f s: %s (by the wall clock: %s)", pool,
-                    time.perf_counter() - t0,
-                    {b: f"{s * 1e3:.1f} ms" for b, s in self._profile.items()},
-                    {b: f"{s * 1e3:.1f} ms" for b, s in wall.items()})
-        self._profile_context = await self._profile_context_cost(llm_config, profile_max_batch)
+        key = profile_key(str(llm_config.model_loading_config.model_source),
+                          llm_config.engine_kwargs, profile_max_batch, _hardware(cpu_cores))
+        known = await self._known_profile(key) if profile_max_batch else None
+        if known is not None:
+            self._profile, self._profile_context = known["profile"], tuple(known["context"])
+            logger.info("%s step-time profile adopted from replica %s, measured %.0f s ago on "
+                        "the same engine and hardware (not measured again): %s; context cost "
+                        "%.3f us per sequence per context token at %.0f", pool,
+                        known["replica"], time.time() - known["t"],
+                        {b: f"{s * 1e3:.1f} ms" for b, s in self._profile.items()},
+                        self._profile_context[0] * 1e6, self._profile_context[1])
+        else:
+            t0, wall = time.perf_counter(), {}
+            self._profile = await profile_step_times(
+                self._run_profile_request, lambda: self.engine_stats_now().iterations,
+                profile_batches(profile_max_batch), latencies=self._decode_latencies(),
+                wall=wall)
+            logger.info("%s step-time profile in %.1f s: %s (by the wall clock: %s)", pool,
+                        time.perf_counter() - t0,
+                        {b: f"{s * 1e3:.1f} ms" for b, s in self._profile.items()},
+                        {b: f"{s * 1e3:.1f} ms" for b, s in wall.items()})
+            self._profile_context = await self._profile_context_cost(llm_config,
+                                                                     profile_max_batch)
+            if self._profile:
+                self._board.remember_profile.remote(key, self._replica_id, self._profile,
+                                                    self._profile_context)
         self._steps = StepTimeModel()
         self._steps.load_profile(self._profile)
         self._last_stats = EngineStats()
@@ -176,6 +213,17 @@ class PoolServer(LLMServer):
                              "config.json on this node")
         logger.info("replica of rank %s serves the candidate speculator %s", rank, model)
         return with_engine_kwargs(llm_config, speculative_config={**spec, "model": model})
+
+    async def _known_profile(self, key: str) -> dict | None:
+        """The StatsBoard's profile for `key` (`StatsBoard.known_profile`); None when it has
+        none or does not answer within `KNOWN_PROFILE_WAIT_S` (the replica then measures)."""
+        try:
+            return await asyncio.wait_for(self._board.known_profile.remote(key),
+                                          KNOWN_PROFILE_WAIT_S)
+        except Exception:
+            logger.warning("%s replica %s: no answer from the stats board about a known "
+                           "profile; measuring", self._pool, self._replica_id, exc_info=True)
+            return None
 
     async def _profile_context_cost(self, llm_config: LLMConfig, profile_max_batch: int
                                     ) -> tuple[float, float]:

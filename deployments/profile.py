@@ -35,7 +35,9 @@ speculators propose full drafts, as in real code traffic.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
+import json
 import time
 from typing import Awaitable, Callable, Iterator
 
@@ -44,6 +46,28 @@ PROFILE_PROMPT = "for i in range(10):\n    print(i)\n" * 4
 # steps start decoding up to a few steps apart, which the window loses; 48 leaves a speculative
 # engine at mean acceptance length 4 about 12 steps, minus that stagger.
 DECODE_TOKENS = 48
+
+
+def profile_key(model_source: str, engine_kwargs: dict, max_batch: int, hardware: str) -> str:
+    """What a replica's startup profile depends on, as one key (a SHA-256 hex digest): the
+    checkpoint (`model_source`), every vLLM engine argument the replica runs with (`dtype` as
+    served, `speculative_config` with its speculator and k, `max_num_seqs`, `max_model_len`,
+    `tensor_parallel_size`, `enforce_eager`, the pool's fingerprint, which names vLLM's version),
+    the profile's largest batch and the `hardware` it runs on (`PoolServer`: the CPU's model and
+    the cores it owns, or the node's GPU type).
+
+    Two replicas with the same key run the same engine on the same kind of accelerator, so the
+    first one's profile stands for the next one's: a replica that finds its key on the
+    StatsBoard adopts that profile instead of measuring again (`PoolServer`), and its own served
+    samples correct it as for any profile point (`core.step_time.StepTimeModel`). Measured on the
+    weight-bound target (2-core AMD EPYC, 2026-12-07, bench/results/2026-12-07-wide-budget-trace):
+    a scaled-up vanilla replica spent 164 s of its 236 s start profiling (step times 100 s,
+    context cost 64 s), longer than the burst that woke it.
+    """
+    material = {"model": model_source, "engine": engine_kwargs, "max_batch": max_batch,
+                "hardware": hardware}
+    text = json.dumps(material, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def profile_batches(max_batch: int) -> list[int]:

@@ -61,6 +61,8 @@ class StatsBoard:
         # pool -> step times as a request lives them (profile + samples), kept at 0 replicas
         self._step_models: dict[str, StepTimeModel] = {}
         self._seen_samples: dict[str, int] = {}  # replica id -> its last sample folded in
+        # deployments/profile.py `profile_key` -> the startup profile last measured with it
+        self._profiles: dict[str, dict] = {}
         if app_name:
             threading.Thread(target=self._remove_when_app_gone, args=(app_name,),
                              daemon=True).start()
@@ -91,6 +93,27 @@ class StatsBoard:
         """A pool replica that stops gracefully leaves the board at once, not after
         `STALE_AFTER_S`."""
         self._engines.pop(replica_id, None)
+
+    def remember_profile(self, key: str, replica_id: str, profile: dict[int, float],
+                         context: tuple[float, float]) -> None:
+        """A replica's startup profile ({batch: seconds per decode step}) and context cost
+        (κ s per sequence per context token, L_ref tokens), measured on the engine and hardware
+        `key` names (deployments/profile.py `profile_key`), for the next replica of that engine
+        (`known_profile`). Kept while the board lives, whatever the replica does; an empty
+        profile is not kept."""
+        if profile:
+            self._profiles[key] = {"replica": replica_id, "t": time.time(),
+                                   "profile": dict(profile), "context": tuple(context)}
+
+    def known_profile(self, key: str) -> dict | None:
+        """The profile last remembered for `key`: {"replica": who measured it, "t": when (epoch
+        s), "profile": {batch: s}, "context": (κ, L_ref)}; None where none was (a new or
+        restarted board: the replica measures its own)."""
+        return self._profiles.get(key)
+
+    def profiles(self) -> dict[str, dict]:
+        """Every remembered profile, {key: `known_profile`'s answer} (for operators and tests)."""
+        return dict(self._profiles)
 
     def report_in_flight(self, ingress_id: str, in_flight: dict[str, int],
                          context: dict[str, int] | None = None) -> None:

@@ -2,7 +2,9 @@
 
 A ramp of streaming requests scales the vanilla pool from 1 to 2 replicas; when traffic stops
 (the last requests were long streams, ../shared/cases #8) it returns to 1 within the downscale
-delay. The policy is shown to be invoked: its call count and decision events, with reasons, are
+delay; the second replica adopts the first one's startup profile (the same engine on the same
+hardware, deployments/profile.py `profile_key`) instead of measuring its own. The policy is shown
+to be invoked: its call count and decision events, with reasons, are
 read from the application's StatsBoard (autoscaling/controller.py). The replica timeline is
 printed (run with -s). Do not run next to tests/session_app.py's session app: it starts and stops
 its own cluster (run it alone, under the heavy lock).
@@ -131,6 +133,9 @@ def test_ramp_scales_up_and_drain_after_streams_scales_down(live):
     from router.board import get_board
 
     base, cfg = live
+    board = get_board(APP)
+    profiles = ray.get(board.profiles.remote())  # the first replica's, measured at its start
+    assert len(profiles) == 1, profiles
     stop, done, errors = threading.Event(), [], []
     with Timeline() as timeline:
         assert timeline.running() == 1
@@ -147,7 +152,10 @@ def test_ramp_scales_up_and_drain_after_streams_scales_down(live):
         t_last_stream = timeline.now()  # every stream has finished: traffic is over
         t_down = timeline.wait_for(1, timeout_s=DOWNSCALE_DELAY_S + LOOK_BACK_S + 45)
         time.sleep(1.5)
-    record = ray.get(get_board(APP).autoscaler.remote())
+    record = ray.get(board.autoscaler.remote())
+    # the second replica runs the same engine on the same hardware: it adopted that profile
+    # rather than measuring its own (which would have replaced the entry: replica id and time)
+    assert ray.get(board.profiles.remote()) == profiles
 
     print(f"\nload from t={t_load:.1f}s; 2 replicas at t={t_up}; last stream ended t={t_last_stream:.1f}s;"
           f" back to 1 at t={t_down}\nreplica timeline (t s, running replicas): {timeline.samples}")

@@ -213,6 +213,37 @@ def test_stop_string_on_the_speculative_path(client):
         assert (text, finish) == (head, "stop")
 
 
+def test_stop_token_ids_end_both_paths_at_the_same_token(client):
+    """../shared/cases #2 with `stop_token_ids`: a token from the middle of the greedy
+    continuation, as a stop token, ends the completion at its first occurrence on both paths,
+    although the speculative pool may accept it inside a draft block with tokens after it: the
+    same text (without the stop token), token ids up to and including it, `stop_reason` naming
+    it, and usage counting no token past it, streamed or not."""
+    ids = complete(client, "vanilla", prompt=CODE, max_tokens=48,
+                   return_token_ids=True).json()["choices"][0]["token_ids"]
+    assert len(ids) == 48, ids
+    # from the middle on, the first token that does not also open the continuation
+    stop_id = next(t for t in ids[len(ids) // 2:] if ids.index(t) >= 2)
+    kept = ids[:ids.index(stop_id) + 1]
+    prefix = complete(client, "vanilla", prompt=CODE, max_tokens=len(kept) - 1).json()
+    head = prefix["choices"][0]["text"]  # the text of every token before the stop token
+    for route in ROUTES:
+        body = {"model": MODEL, "prompt": CODE, "max_tokens": 48, "temperature": 0,
+                "route": route, "stop_token_ids": [stop_id], "return_token_ids": True}
+        r = client.post("/v1/completions", json=body)
+        assert r.status_code == 200, r.text
+        choice = r.json()["choices"][0]
+        assert (choice["text"], choice["finish_reason"], choice["stop_reason"]) == \
+            (head, "stop", stop_id), (route, choice)
+        assert choice["token_ids"] == kept, route
+        assert r.json()["usage"]["completion_tokens"] == len(kept), route
+        text, chunks = stream_text(client, "/v1/completions", {
+            **body, "stream_options": {"include_usage": True}})
+        finish = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1]
+        assert (text, finish) == (head, "stop"), route
+        assert chunks[-1]["usage"]["completion_tokens"] == len(kept), route
+
+
 def test_min_p_goes_vanilla_with_reason_or_is_refused_when_forced(client):
     r = complete(client, prompt=CODE, max_tokens=4, min_p=0.1)
     assert (r.headers["x-specserve-route"], r.headers["x-specserve-reason"]) == \

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from core.cpu import cpu_auto_dtype, cpu_flags, served_dtype
+from core.cpu import cpu_auto_dtype, cpu_flags, cpu_model_name, served_dtype
 from deployments.cores import CORES_DIR_ENV, CoreLease, NoFreeCores
 
 
@@ -63,3 +63,12 @@ def test_dtype_auto_is_float32_on_a_cpu_without_native_bfloat16():
     assert served_dtype("auto", "cpu") == cpu_auto_dtype()
     assert served_dtype("auto", "nvidia-h100") == "auto"
     assert served_dtype("bfloat16", "cpu") == "bfloat16"
+
+
+def test_the_cpu_model_name_is_read_where_the_kernel_gives_one():
+    x86 = "processor\t: 0\nmodel name\t: AMD EPYC 9R14\nflags\t\t: avx2\nprocessor\t: 1\n" \
+          "model name\t: AMD EPYC 9R14\n"
+    arm = "processor\t: 0\nFeatures\t: fp asimd\nCPU part\t: 0xd4f\n"
+    assert cpu_model_name(x86) == "AMD EPYC 9R14"
+    assert cpu_model_name(arm) == "0xd4f"
+    assert cpu_model_name("nothing to read") == ""

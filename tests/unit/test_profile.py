@@ -281,3 +281,27 @@ def test_a_window_slowed_by_another_process_is_outvoted_by_the_repeat(monkeypatc
 
     assert kappa(2) == pytest.approx(KAPPA, rel=1e-6)
     assert kappa(1) > 2 * KAPPA
+
+
+ENGINE = {"dtype": "float32", "max_num_seqs": 128, "tensor_parallel_size": 1,
+          "speculative_config": {"method": "draft_model", "model": "/m/draft",
+                                 "num_speculative_tokens": 4}}
+
+
+def test_a_profile_key_names_the_engine_its_batches_and_its_hardware():
+    key = profile.profile_key("/m/target", ENGINE, 128, "cpu EPYC x1")
+    same = {k: ENGINE[k] for k in reversed(list(ENGINE))}  # the order of the arguments: no matter
+    assert profile.profile_key("/m/target", same, 128, "cpu EPYC x1") == key
+    others = [
+        ("/m/target-wide", ENGINE, 128, "cpu EPYC x1"),
+        ("/m/target", {**ENGINE, "dtype": "bfloat16"}, 128, "cpu EPYC x1"),
+        ("/m/target", {**ENGINE, "speculative_config": {**ENGINE["speculative_config"],
+                                                         "num_speculative_tokens": 3}},
+         128, "cpu EPYC x1"),
+        ("/m/target", {**ENGINE, "max_num_seqs": 64}, 128, "cpu EPYC x1"),
+        ("/m/target", ENGINE, 64, "cpu EPYC x1"),
+        ("/m/target", ENGINE, 128, "cpu Xeon x1"),
+        ("/m/target", ENGINE, 128, "cpu EPYC x2"),
+    ]
+    keys = {profile.profile_key(*o) for o in others}
+    assert key not in keys and len(keys) == len(others)

@@ -81,3 +81,15 @@ def test_the_board_sums_context_in_flight_and_averages_the_replicas_context_cost
     assert pool.profile_context == pytest.approx((2e-6, 230 / 3))
     assert (pool.in_flight, pool.in_flight_context, pool.mean_context) == (5, 1000, 200.0)
     assert board.snapshot("ingress-a").pools["speculative"].mean_context is None
+
+
+def test_a_remembered_profile_is_found_by_its_key_and_outlives_its_replica():
+    board = Board()
+    assert board.known_profile("k") is None  # a new board: the replica measures its own
+    board.remember_profile("k", "replica-a", {1: 0.035, 2: 0.046}, (1.9e-6, 81.0))
+    board.remember_profile("empty", "replica-b", {}, (0.0, 0.0))  # nothing measured: not kept
+    board.forget_engine("replica-a")  # it stopped: the next replica of its engine still finds it
+    known = board.known_profile("k")
+    assert (known["replica"], known["profile"], known["context"]) == \
+        ("replica-a", {1: 0.035, 2: 0.046}, (1.9e-6, 81.0))
+    assert board.known_profile("other") is None and set(board.profiles()) == {"k"}
