@@ -247,7 +247,8 @@ def run_system(name: str, cfg: SpecserveConfig, trace: list[Phase], args) -> dic
                 for p in POOLS}
 
     try:
-        asyncio.run(_warm(url, model, args.warmup))
+        asyncio.run(_warm(url, model, args.warmup,
+                          [p for p in POOLS if getattr(cfg, p).num_replicas > 0]))
         timeline: list[dict] = []
         sent = asyncio.run(replay(url, trace, model, args.seed, timeline, poll))
         admin = httpx.get(url + "/admin/autoscaling", timeout=30).json()
@@ -276,10 +277,11 @@ def _record(sample: Sample) -> dict:
     return out
 
 
-async def _warm(url: str, model: str, n: int) -> None:
-    """`n` mixed requests per route on the pools the app runs: shapes compiled, acceptance
+async def _warm(url: str, model: str, n: int, pools: list[str]) -> None:
+    """`n` mixed requests `route: auto` and as many forced to each of `pools`, the pools the app
+    runs (a route to a pool it does not run is refused: 400): shapes compiled, acceptance
     learned, step times sampled (the autoscaler's split needs both pools' curves)."""
-    for route in ("auto", "vanilla", "speculative"):
+    for route in ("auto", *pools):
         await warm_up(url, model, list(itertools.islice(jobs("mixed", model, 99, route), n)), 2)
 
 
