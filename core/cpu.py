@@ -12,34 +12,33 @@ from pathlib import Path
 NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 
 
-def cpu_flags(cpuinfo: str | None = None) -> set[str]:
-    """The CPU's feature flags (`flags` on x86, `Features` on Arm) from /proc/cpuinfo (or the
-    given text); empty where it cannot be read."""
+def _cpuinfo_fields(cpuinfo: str | None) -> dict[str, str]:
+    """{field: value} of /proc/cpuinfo (or the given text), the first processor's value of each
+    field; empty where it cannot be read."""
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text()
         except OSError:
-            return set()
+            return {}
+    fields: dict[str, str] = {}
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return set(value.split())
-    return set()
+        fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def cpu_flags(cpuinfo: str | None = None) -> set[str]:
+    """The CPU's feature flags (`flags` on x86, `Features` on Arm) from /proc/cpuinfo (or the
+    given text); empty where it cannot be read."""
+    fields = _cpuinfo_fields(cpuinfo)
+    return set((fields.get("flags") or fields.get("Features") or "").split())
 
 
 def cpu_model_name(cpuinfo: str | None = None) -> str:
     """The processor's model name (`model name` on x86, else `Hardware` / `CPU part` lines on
     Arm) from /proc/cpuinfo (or the given text); "" where it cannot be read."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return ""
-    found: dict[str, str] = {}
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        found.setdefault(key.strip(), value.strip())
-    return next((found[k] for k in ("model name", "Hardware", "CPU part") if found.get(k)), "")
+    fields = _cpuinfo_fields(cpuinfo)
+    return next((fields[k] for k in ("model name", "Hardware", "CPU part") if fields.get(k)), "")
 
 
 def cpu_auto_dtype(flags: set[str] | None = None) -> str:

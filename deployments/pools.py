@@ -145,9 +145,11 @@ class PoolServer(LLMServer):
             "%s sampling at temperature > 0 %s: %s", pool,
             "verified lossless" if self._sampling.lossless else "NOT verified lossless "
             "(sampled requests stay off this pool)", self._sampling.detail)
-        key = profile_key(str(llm_config.model_loading_config.model_source),
-                          llm_config.engine_kwargs, profile_max_batch, _hardware(cpu_cores))
-        known = await self._known_profile(key) if profile_max_batch else None
+        key = known = None
+        if profile_max_batch:
+            key = profile_key(str(llm_config.model_loading_config.model_source),
+                              llm_config.engine_kwargs, profile_max_batch, _hardware(cpu_cores))
+            known = await self._known_profile(key)
         if known is not None:
             self._profile, self._profile_context = known["profile"], tuple(known["context"])
             logger.info("%s step-time profile adopted from replica %s, measured %.0f s ago on "
@@ -168,7 +170,7 @@ class PoolServer(LLMServer):
                         {b: f"{s * 1e3:.1f} ms" for b, s in wall.items()})
             self._profile_context = await self._profile_context_cost(llm_config,
                                                                      profile_max_batch)
-            if self._profile:
+            if key is not None:  # the board keeps only a profile that measured something
                 self._board.remember_profile.remote(key, self._replica_id, self._profile,
                                                     self._profile_context)
         self._steps = StepTimeModel()
