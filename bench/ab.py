@@ -33,7 +33,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench.report import mix_by_task, route_reasons
+from bench.report import (_predicted_vs_realized, _step_times_vs_realized, mix_by_task,
+                          route_reasons)
 from bench.run import (App, add_serving_arguments, base_config, local_serve, machine_info, run_app,
                        speculator_config)
 from core import PoolConfig, SpecserveConfig, resolve_path
@@ -135,6 +136,7 @@ def report(results: dict) -> str:
             for i, r in enumerate(rounds, 1):
                 by_task, reasons = route_summary(r[v][key]["routed"])
                 lines.append(f"| {key} | {label} | {i} | {by_task} | {reasons} |")
+    lines += _predictions(results, values, labels, setting)
     lines += ["", "Cores kept busy (median over rounds) per part of the stack:", "",
               f"| cell | system | {setting} | cores |", "|---|---|---|---|"]
     for key in keys:
@@ -145,6 +147,27 @@ def report(results: dict) -> str:
                 lines.append(f"| {key} | {system} | {label} | "
                              + ", ".join(f"{p} {x:.2f}" for p, x in parts.items()) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _predictions(results: dict, values: list[str], labels: list[str], setting: str
+                 ) -> list[str]:
+    """Per value, bench.run's tables of the router's predicted S and the step times behind it
+    against the forced pools (bench/report.py), over this run's rounds; "after the sweep" is the
+    router's model when round 1's application finished its cells. Empty for runs before
+    2026-12-07 (no curves kept)."""
+    if "speedup_curves" not in results:
+        return []
+    rounds = results["rounds"]
+    lines = []
+    for v, label in zip(values, labels):
+        cells = {key: {system: [r[v][key][system] for r in rounds]
+                       for system in rounds[0][v][key]} for key in rounds[0][v]}
+        sweep = [(int(key.split("@c")[1]), key) for key in cells if key.startswith("mixed@c")]
+        after = {"speedup_curves": results["speedup_curves"][0].get(v) or {}}
+        lines += ["", f"## The router's predictions with {setting} = {label}"]
+        lines += _predicted_vs_realized(after, cells, sweep)
+        lines += _step_times_vs_realized(after, cells, sweep)
+    return lines
 
 
 def main(argv: list[str] | None = None, prog: str = "bench.ab",
@@ -204,8 +227,11 @@ def main(argv: list[str] | None = None, prog: str = "bench.ab",
             for key in (keys if r % 2 == 0 else keys[::-1]):
                 print(f"round {r + 1} of {args.repeats}: {args.setting} = {key}", flush=True)
                 app = App(f"routed-1+1-{args.setting}-{key}", configs[key], SYSTEMS)
-                cells, _, _ = run_app(app, args, [], tokenizer, machine=True, seed=r)
+                cells, extra, _ = run_app(app, args, [], tokenizer, machine=True, seed=r,
+                                          curves=True)
                 results["rounds"][-1][key] = cells
+                results.setdefault("speedup_curves", [{} for _ in range(args.repeats)])
+                results["speedup_curves"][r][key] = extra["speedup_curves"]
                 (out / "results.json").write_text(json.dumps(results, indent=1))
     text = report(results)
     (out / "report.md").write_text(text)

@@ -14,7 +14,7 @@ import time
 
 import httpx
 
-from bench.report import TASKS, curve_at
+from bench.report import TASKS, curve_at, curve_row_at
 from bench.serve_client import Block, Load, figures, run_block, sample_requests, warm_up
 from bench.summary import Slo, percentile
 from bench.workload import MEAN_OUTPUT_TOKENS, TEMPERATURE, Job, jobs, long_jobs
@@ -50,6 +50,15 @@ def predicted_s(curves: dict, batch: int) -> dict[str, float | None]:
     """{task: the router's S at the task's workload temperature and the curve's batch nearest
     `batch`} from `speedup_curves`' reply (None: no curve for the task)."""
     return {task: curve_at(curves, task, TEMPERATURE[task], batch) for task in TASKS}
+
+
+def predicted_steps(curves: dict, batch: int) -> dict[str, float] | None:
+    """The router's step times behind its S at the curve's batch nearest `batch`: {"batch",
+    "vanilla_step_ms", "speculative_step_ms"} (the same for every task and temperature; read
+    from the code curve at temperature 0), None without one."""
+    row = curve_row_at(curves, "code", 0.0, batch)
+    return ({k: row[k] for k in ("batch", "vanilla_step_ms", "speculative_step_ms")}
+            if row else None)
 
 
 def alternating(workload: str, model: str, seed: int, routes: tuple[str, ...]):
@@ -130,6 +139,7 @@ async def measure_app(url: str, app, args, rates: list[float] | None, model: str
                     context = long_context(args.long_tokens) if key.startswith("long@") else None
                     curves = await asyncio.to_thread(speedup_curves, url, context)
                     priced = predicted_s(curves, int(key.split("@c")[1]))
+                    steps = predicted_steps(curves, int(key.split("@c")[1]))
                     # each pool's slowdown ρ and the load allocation after the cell
                     # (router/policy.py `allocate`); the same in every curve reply
                     sharing = next(iter(curves.values()), {}).get("host_sharing")
@@ -140,6 +150,7 @@ async def measure_app(url: str, app, args, rates: list[float] | None, model: str
                                        for p in parts[name]]
             if name == "routed" and "@c" in key:
                 got["predicted_s"], got["host_sharing"] = priced, sharing
+                got["predicted_steps"] = steps
             print(f"{key:>14} {name:>24}: {_line(got)}", flush=True)
             if got.get("host_sharing"):
                 print(f"{'':>14} {'':>24}  host sharing: {json.dumps(got['host_sharing'])}",

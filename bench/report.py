@@ -117,6 +117,7 @@ def write_report(results: dict, out: Path) -> None:
     lines += _blocks(cells)
     lines += _speedup_curve(results.get("speedup_curve"))
     lines += _predicted_vs_realized(results, cells, sweep)
+    lines += _step_times_vs_realized(results, cells, sweep)
     if long and results.get("speedup_curves_long"):
         lines += _predicted_vs_realized(results, cells, long, results["speedup_curves_long"],
                                         "long prompts, S(B, L) at their context")
@@ -443,10 +444,18 @@ def curve_at(curves: dict, task: str, temperature: float, batch: int) -> float |
     Args:
         curves: {str(float temperature): `GET /admin/speedup?temperature=` reply}.
     """
+    row = curve_row_at(curves, task, temperature, batch)
+    return row["speedup"] if row else None
+
+
+def curve_row_at(curves: dict, task: str, temperature: float, batch: int) -> dict | None:
+    """The router's S(B) row for `task` at `temperature` at the curve's batch nearest `batch` in
+    log2: {"batch", "vanilla_step_ms", "speculative_step_ms", "expected_tokens", "speedup"}
+    (`SpeedupModel.curve`; None: no curve at that temperature or none for the task)."""
     rows = (curves.get(str(float(temperature))) or {}).get("tasks", {}).get(task, {}).get("curve")
     if not rows:
         return None
-    return min(rows, key=lambda r: abs(math.log2(r["batch"]) - math.log2(batch)))["speedup"]
+    return min(rows, key=lambda r: abs(math.log2(r["batch"]) - math.log2(batch)))
 
 
 def _predicted_vs_realized(results: dict, cells: dict, sweep, curves: dict | None = None,
@@ -507,6 +516,53 @@ def _predicted_vs_realized(results: dict, cells: dict, sweep, curves: dict | Non
             "p50)" + (f": {label}" if label else ""), "",
             "| concurrency | task | predicted S as routed | error | predicted S after the sweep "
             "| error | realized S |", "|---|---|---|---|---|---|---|", *out, "", counts]
+
+
+def _step_times_vs_realized(results: dict, cells: dict, sweep) -> list[str]:
+    """Where a predicted S goes wrong: the two step times it is the ratio of, against what the
+    forced pools lived at that concurrency (one replica each, the other pool idle).
+
+    Predicted: the router's T_v(B) and T_s(B) at B = c, as it routed the cell (`predicted_steps`
+    of the routed figures, bench/cells.py; results before 2026-12-07 have none) and after the
+    sweep. Realized: vanilla, forced-vanilla's TPOT p50 (one token per step); speculative,
+    forced-speculative's TPOT p50 × its mean acceptance length (tokens per step, from the
+    `vllm:spec_decode_*` counters of the cell), median over the rounds. The router's steps are
+    a request's seconds per step with the other pool idle (`core.step_time`), so these are the
+    figures to compare with.
+    """
+    curves = results.get("speedup_curves") or {}
+    if not curves and results.get("speedup_curve"):
+        curves = {"0.0": results["speedup_curve"]}
+    out = []
+    for c, key in sweep:
+        row = cells[key]
+        van, spec = row.get("forced-vanilla"), row.get("forced-speculative")
+        if not van or not spec:
+            continue
+        real_v = statistics.median(r["tpot_p50_ms"] for r in van)
+        per_step = [r["tpot_p50_ms"] * r["acceptance"]["mean_acceptance_length"] for r in spec
+                    if (r.get("acceptance") or {}).get("mean_acceptance_length")]
+        real_s = statistics.median(per_step) if per_step else None
+        routed = [p for r in row.get("routed", []) if (p := r.get("predicted_steps"))]
+        after = curve_row_at(curves, "code", 0.0, c)
+        cols = []
+        for name, real in (("vanilla_step_ms", real_v), ("speculative_step_ms", real_s)):
+            as_routed = [p[name] for p in routed if p.get(name)]
+            for values in (as_routed, [after[name]] if after else []):
+                if not values or not real:
+                    cols += ["-", "-"]
+                    continue
+                cols += [fmt(values, 1), f"{statistics.median(values) / real - 1:+.0%}"]
+            cols.append(f"{real:.1f}" if real else "-")
+        out.append(f"| {c} | {' | '.join(cols)} |")
+    if not out:
+        return []
+    return ["", "## Step times behind the predicted S (ms per engine step at B = concurrency: "
+            "the router's, as routed and after the sweep; realized: forced-vanilla TPOT p50, "
+            "forced-speculative TPOT p50 × mean acceptance length)", "",
+            "| concurrency | T_v as routed | error | T_v after the sweep | error | T_v realized "
+            "| T_s as routed | error | T_s after the sweep | error | T_s realized |",
+            "|---|---|---|---|---|---|---|---|---|---|---|", *out]
 
 
 def _plots(cells, systems, sweep, out: Path) -> None:

@@ -130,9 +130,10 @@ def vllm_pids() -> set[int]:
 
 
 def run_app(app: App, args, rates, tokenizer, overhead: bool = False, machine: bool = False,
-            seed: int = 0) -> tuple[dict, dict | None, float]:
+            seed: int = 0, curves: bool = False) -> tuple[dict, dict | None, float]:
     """Starts `app` with its engines seeded with `seed` (`seeded`), measures it, deletes it;
-    returns (cells, overhead, start seconds)."""
+    returns (cells, extra, start seconds): extra holds the router's `speedup_curves` after the
+    cells with `overhead` or `curves`, and with `overhead` the router's overhead (else None)."""
     from ray import serve
 
     from bench.direct import PREFIX, build_direct_app
@@ -150,9 +151,10 @@ def run_app(app: App, args, rates, tokenizer, overhead: bool = False, machine: b
     try:
         cells = asyncio.run(measure_app(url, app, args, rates, model, tokenizer, machine))
         extra = None
+        if overhead or curves:
+            after = speedup_curves(url)
+            extra = {"speedup_curve": after["0.0"], "speedup_curves": after}
         if overhead:
-            curves = speedup_curves(url)
-            extra = {"speedup_curve": curves["0.0"], "speedup_curves": curves}
             if getattr(args, "long_concurrency", None):  # priced at the long cells' context
                 extra["speedup_curves_long"] = speedup_curves(url, long_context(args.long_tokens))
             try:

@@ -186,6 +186,12 @@ class PoolConfig(Strict):
         "prefills in it: on the weight-bound target without prefix-cache hits the router's "
         "predicted S was then within ±15% of the realized in 1 of 21 task cells, against 7 of "
         "12 with `decode_only`; README, Benchmark, 2026-12-06).")
+    step_sample_steady_ratio: float | None = Field(
+        1.5, ge=1, allow_inf_nan=False, description="A half-second window gives the router a "
+        "step-time sample only while the count of requests in the engine stays within this ratio "
+        "(or one request) between its ends (core/stats.py `busy_window_samples`: a burst "
+        "arriving or a batch draining ran its steps at neither end's batch). Null: every "
+        "window, as before 2026-12-07.")
     profile_max_batch: int | None = Field(
         None, ge=0, description="Each replica measures its engine's step time at batch 1, 2, 4, ... "
         "up to this at start (a few seconds on the tiny models); the router's cost model starts "

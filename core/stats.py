@@ -117,7 +117,7 @@ class EngineStats:
 
 
 def busy_window_samples(prev: EngineStats, now: EngineStats, wall_s: float,
-                        decode_only: bool = False
+                        decode_only: bool = False, steady_ratio: float | None = None
                         ) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
     """Step-time samples of one engine over a window of `wall_s` seconds between two snapshots.
 
@@ -137,7 +137,16 @@ def busy_window_samples(prev: EngineStats, now: EngineStats, wall_s: float,
       leave more idle gaps). E[τ] / request_step is a request's decode token rate.
       With `decode_only` (`PoolConfig.step_samples`, its default) the mean is over the outputs
       of decode-only iterations (`decode_itl_*`), so other requests' prefills do not lengthen
-      it either; None when the window had none.
+      it either; None when the window had none. With `steady_ratio`
+      (`PoolConfig.step_sample_steady_ratio`), None too when the count in the engine moved
+      by more than one request and by more than that ratio between the two ends (a cell
+      starting or draining): the mean latency then weighs the window's steps by their outputs,
+      so by their batch, while N is the ends' average, and the sample would be filed at a
+      batch its steps did not run. Why: on the weight-bound target (bench/results/
+      2026-12-07-wide-allsys-nocap, 2-core AMD EPYC) the router's speculative step at batch 4
+      read 69% and at batch 8 87% above what one engine lived there (forced pool, TPOT × mean
+      acceptance length), its vanilla step 20-24% below at 16-64: every cell of the sweep
+      starts and drains through the buckets below it.
     """
     if not (prev.num_requests_running and now.num_requests_running) or wall_s <= 0:
         return None, None
@@ -149,9 +158,11 @@ def busy_window_samples(prev: EngineStats, now: EngineStats, wall_s: float,
         itl_s = now.decode_itl_sum_s - prev.decode_itl_sum_s
     else:
         outputs, itl_s = now.itl_count - prev.itl_count, now.itl_sum_s - prev.itl_sum_s
-    in_engine = (prev.num_requests_running + prev.num_requests_waiting
-                 + now.num_requests_running + now.num_requests_waiting) / 2
-    request_step = (in_engine, itl_s / outputs) if outputs > 0 else None
+    n_prev = prev.num_requests_running + prev.num_requests_waiting
+    n_now = now.num_requests_running + now.num_requests_waiting
+    steady = (steady_ratio is None or abs(n_now - n_prev) <= 1
+              or max(n_prev, n_now) <= steady_ratio * min(n_prev, n_now))
+    request_step = ((n_prev + n_now) / 2, itl_s / outputs) if outputs > 0 and steady else None
     return engine_step, request_step
 
 

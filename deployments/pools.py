@@ -88,6 +88,7 @@ class PoolServer(LLMServer):
             requests the router marks are recorded (deployments/capture.py).
         step_samples: `PoolConfig.step_samples`: "all" or "decode_only", which engine
             iterations the router's step-time samples average (`busy_window_samples`).
+        steady_ratio: `PoolConfig.step_sample_steady_ratio` (`busy_window_samples`).
 
     Raises:
         NoFreeCores: every core of the node is leased by other replicas (Ray schedules a CPU
@@ -98,10 +99,12 @@ class PoolServer(LLMServer):
     async def __init__(self, llm_config: LLMConfig, *, pool: str, profile_max_batch: int = 0,
                        utilization_source: str = "engine", dcgm_exporter_url: str = "",
                        cpu_cores: int = 0, capture: dict | None = None,
-                       step_samples: str = "decode_only", **kwargs):
+                       step_samples: str = "decode_only", steady_ratio: float | None = 1.5,
+                       **kwargs):
         use_serve_log_handlers()
         self._pool = pool
         self._decode_only_samples = step_samples == "decode_only"
+        self._steady_ratio = steady_ratio
         ctx = serve.get_replica_context()
         self._replica_id = ctx.replica_id.unique_id
         self._cores = None
@@ -296,7 +299,8 @@ class PoolServer(LLMServer):
             try:
                 now_t, stats = time.perf_counter(), self.engine_stats_now()
                 engine_step, request_step = busy_window_samples(
-                    prev, stats, now_t - prev_t, decode_only=self._decode_only_samples)
+                    prev, stats, now_t - prev_t, decode_only=self._decode_only_samples,
+                    steady_ratio=self._steady_ratio)
                 if engine_step:
                     self._steps.observe(*engine_step)
                 if request_step:
@@ -500,6 +504,7 @@ def build_pool(name: str, model: ModelConfig, pool: PoolConfig,
         llm_config(model, pool, deployment_config), deployment_cls=PoolServer,
         bind_kwargs={"pool": name, "profile_max_batch": pool.profile_batch_limit(),
                      "step_samples": pool.step_samples,
+                     "steady_ratio": pool.step_sample_steady_ratio,
                      "cpu_cores": pool.tensor_parallel_size if pool.accelerator == "cpu" else 0,
                      "capture": (capture or CaptureConfig()).model_dump(mode="json"),
                      **(utilization or {})},

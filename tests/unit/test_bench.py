@@ -462,6 +462,35 @@ def test_each_round_seeds_the_engines_unless_the_config_does():
     assert (own.vanilla.engine_kwargs["seed"], own.speculative.engine_kwargs["seed"]) == (3, 11)
 
 
+def test_step_times_behind_the_predicted_s_against_the_forced_pools():
+    from bench.cells import predicted_steps
+    from bench.report import _step_times_vs_realized
+
+    curve = [{"batch": 1, "vanilla_step_ms": 35.0, "speculative_step_ms": 40.0,
+              "expected_tokens": 3.0, "speedup": 2.6},
+             {"batch": 4, "vanilla_step_ms": 46.0, "speculative_step_ms": 90.0,
+              "expected_tokens": 3.0, "speedup": 1.5}]
+    curves = {"0.0": {"tasks": {"code": {"curve": curve}}}}
+    assert predicted_steps(curves, 3) == {"batch": 4, "vanilla_step_ms": 46.0,
+                                          "speculative_step_ms": 90.0}
+    assert predicted_steps({}, 3) is None
+
+    def runs(tpot, length=None):
+        return [{"tpot_p50_ms": tpot, "acceptance": length and {"mean_acceptance_length": length}}]
+    cells = {"mixed@c4": {
+        "forced-vanilla": runs(34.5), "forced-speculative": runs(27.0, 2.0),
+        "routed": [{"predicted_steps": {"batch": 4, "vanilla_step_ms": 40.0,
+                                        "speculative_step_ms": 64.8}},
+                   {"predicted_steps": None}]}}
+    lines = _step_times_vs_realized({"speedup_curves": curves}, cells, [(4, "mixed@c4")])
+    # vanilla: TPOT is the step; speculative: TPOT × mean acceptance length (27 × 2 = 54 ms)
+    assert "| 4 | 40.0 | +16% | 46.0 | +33% | 34.5 | 64.8 | +20% | 90.0 | +67% | 54.0 |" in lines
+    # no acceptance counted for the speculative pool: its realized step is unknown
+    cells["mixed@c4"]["forced-speculative"] = runs(27.0)
+    lines = _step_times_vs_realized({"speedup_curves": curves}, cells, [(4, "mixed@c4")])
+    assert "| 4 | 40.0 | +16% | 46.0 | +33% | 34.5 | - | - | - | - | - |" in lines
+
+
 def test_cells_price_each_task_at_its_temperature_and_the_cells_batch():
     from bench.cells import long_context, predicted_s
 
@@ -529,3 +558,10 @@ def test_ab_report_says_where_the_routed_system_sent_each_task_and_why():
     assert ("| mixed@c16 | 2.0 | 2 | chat 0/10, code 1/0, creative 0/6, extraction 4/0, math 10/1 "
             "| vanilla/speculation_costs 17, speculative/speculation_pays 15 |") in text
     assert route_summary({}) == ("-", "-")
+    # runs that kept the router's curves get its predictions per value, against the forced pools
+    assert "The router's predictions" not in text
+    run["speedup_curves"] = [{} for _ in run["rounds"]]
+    capped = report(run).split("## The router's predictions with router.max_speculative_"
+                               "temperature = 0.7")[1].split("## The router's predictions")[0]
+    assert "| 16 | code (t=0.0) | 1.65 [1.47-1.82] | +30% | - | - | 1.26 [1.21-1.31] |" in capped
+    assert "| 64 | - | - | - | - | 243.7 | - | - | - | - | 737.3 |" in capped

@@ -176,6 +176,26 @@ def test_window_samples_time_a_request_step_by_inter_token_latency():
     assert request == (1.0, pytest.approx(0.01))
 
 
+@pytest.mark.parametrize("prev_n,now_n,kept", [
+    ((2, 0), (3, 0), True),  # one request more: kept at any batch
+    ((1, 0), (2, 0), True),
+    ((12, 4), (16, 4), True),  # 16 -> 20 requests in the engine, within the ratio
+    ((16, 0), (4, 0), False),  # a cell draining: its steps ran at 16 and at 4
+    ((4, 0), (12, 12), False),  # a cell starting
+    ((1, 0), (3, 0), False),
+])
+def test_window_samples_keep_a_request_step_only_while_the_count_is_steady(prev_n, now_n, kept):
+    from core import busy_window_samples
+
+    prev, now = _engine(*prev_n, 100, 500, 50.0), _engine(*now_n, 110, 540, 54.0)
+    engine, request = busy_window_samples(prev, now, wall_s=0.5, steady_ratio=1.5)
+    assert engine is not None  # the autoscaler's engine step is kept either way
+    n = (sum(prev_n) + sum(now_n)) / 2
+    assert request == ((n, pytest.approx(0.1)) if kept else None)
+    # without a ratio every window gives its sample
+    assert busy_window_samples(prev, now, wall_s=0.5)[1] == (n, pytest.approx(0.1))
+
+
 def test_decode_only_window_samples_leave_out_steps_that_ran_a_prefill():
     from core import EngineStats, busy_window_samples
 
