@@ -33,8 +33,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench.report import (_predicted_vs_realized, _step_times_vs_realized, mix_by_task,
-                          route_reasons)
+from bench.report import (mix_by_task, predicted_vs_realized, route_reasons,
+                          step_times_vs_realized)
 from bench.run import (App, add_serving_arguments, base_config, local_serve, machine_info, run_app,
                        speculator_config)
 from core import PoolConfig, SpecserveConfig, resolve_path
@@ -165,8 +165,8 @@ def _predictions(results: dict, values: list[str], labels: list[str], setting: s
         sweep = [(int(key.split("@c")[1]), key) for key in cells if key.startswith("mixed@c")]
         after = {"speedup_curves": results["speedup_curves"][0].get(v) or {}}
         lines += ["", f"## The router's predictions with {setting} = {label}"]
-        lines += _predicted_vs_realized(after, cells, sweep)
-        lines += _step_times_vs_realized(after, cells, sweep)
+        lines += predicted_vs_realized(after, cells, sweep)
+        lines += step_times_vs_realized(after, cells, sweep)
     return lines
 
 

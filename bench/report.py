@@ -116,10 +116,10 @@ def write_report(results: dict, out: Path) -> None:
     lines += _spreads(cells)
     lines += _blocks(cells)
     lines += _speedup_curve(results.get("speedup_curve"))
-    lines += _predicted_vs_realized(results, cells, sweep)
-    lines += _step_times_vs_realized(results, cells, sweep)
+    lines += predicted_vs_realized(results, cells, sweep)
+    lines += step_times_vs_realized(results, cells, sweep)
     if long and results.get("speedup_curves_long"):
-        lines += _predicted_vs_realized(results, cells, long, results["speedup_curves_long"],
+        lines += predicted_vs_realized(results, cells, long, results["speedup_curves_long"],
                                         "long prompts, S(B, L) at their context")
     lines += ["", "## Routed: route mix per cell (all rounds; by task: speculative / vanilla; "
               "the router's reasons, round by round)", ""]
@@ -458,7 +458,7 @@ def curve_row_at(curves: dict, task: str, temperature: float, batch: int) -> dic
     return min(rows, key=lambda r: abs(math.log2(r["batch"]) - math.log2(batch)))
 
 
-def _predicted_vs_realized(results: dict, cells: dict, sweep, curves: dict | None = None,
+def predicted_vs_realized(results: dict, cells: dict, sweep, curves: dict | None = None,
                            label: str = "") -> list[str]:
     """Per task at each sweep level: the router's S(B = c) at the task's workload temperature
     against the realized S = forced-vanilla / forced-speculative TPOT p50 of that task (one
@@ -518,7 +518,7 @@ def _predicted_vs_realized(results: dict, cells: dict, sweep, curves: dict | Non
             "| error | realized S |", "|---|---|---|---|---|---|---|", *out, "", counts]
 
 
-def _step_times_vs_realized(results: dict, cells: dict, sweep) -> list[str]:
+def step_times_vs_realized(results: dict, cells: dict, sweep) -> list[str]:
     """Where a predicted S goes wrong: the two step times it is the ratio of, against what the
     forced pools lived at that concurrency (one replica each, the other pool idle).
 

@@ -142,11 +142,11 @@ def busy_window_samples(prev: EngineStats, now: EngineStats, wall_s: float,
       by more than one request and by more than that ratio between the two ends (a cell
       starting or draining): the mean latency then weighs the window's steps by their outputs,
       so by their batch, while N is the ends' average, and the sample would be filed at a
-      batch its steps did not run. Why: on the weight-bound target (bench/results/
-      2026-12-07-wide-allsys-nocap, 2-core AMD EPYC) the router's speculative step at batch 4
-      read 69% and at batch 8 87% above what one engine lived there (forced pool, TPOT × mean
-      acceptance length), its vanilla step 20-24% below at 16-64: every cell of the sweep
-      starts and drains through the buckets below it.
+      batch its steps did not run. Measured on the weight-bound target (bench/results/
+      2026-12-07-wide-steady-samples, 2-core AMD EPYC, 2 rounds against every window): the
+      router's S as it routed within ±15% of the realized in 14 of 19 task cells against 11;
+      its step times at batch 4 stayed 30-47% above what one engine lived there with either,
+      so these windows are not what inflates that bucket.
     """
     if not (prev.num_requests_running and now.num_requests_running) or wall_s <= 0:
         return None, None

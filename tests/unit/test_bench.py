@@ -464,7 +464,7 @@ def test_each_round_seeds_the_engines_unless_the_config_does():
 
 def test_step_times_behind_the_predicted_s_against_the_forced_pools():
     from bench.cells import predicted_steps
-    from bench.report import _step_times_vs_realized
+    from bench.report import step_times_vs_realized
 
     curve = [{"batch": 1, "vanilla_step_ms": 35.0, "speculative_step_ms": 40.0,
               "expected_tokens": 3.0, "speedup": 2.6},
@@ -482,12 +482,12 @@ def test_step_times_behind_the_predicted_s_against_the_forced_pools():
         "routed": [{"predicted_steps": {"batch": 4, "vanilla_step_ms": 40.0,
                                         "speculative_step_ms": 64.8}},
                    {"predicted_steps": None}]}}
-    lines = _step_times_vs_realized({"speedup_curves": curves}, cells, [(4, "mixed@c4")])
+    lines = step_times_vs_realized({"speedup_curves": curves}, cells, [(4, "mixed@c4")])
     # vanilla: TPOT is the step; speculative: TPOT × mean acceptance length (27 × 2 = 54 ms)
     assert "| 4 | 40.0 | +16% | 46.0 | +33% | 34.5 | 64.8 | +20% | 90.0 | +67% | 54.0 |" in lines
     # no acceptance counted for the speculative pool: its realized step is unknown
     cells["mixed@c4"]["forced-speculative"] = runs(27.0)
-    lines = _step_times_vs_realized({"speedup_curves": curves}, cells, [(4, "mixed@c4")])
+    lines = step_times_vs_realized({"speedup_curves": curves}, cells, [(4, "mixed@c4")])
     assert "| 4 | 40.0 | +16% | 46.0 | +33% | 34.5 | - | - | - | - | - |" in lines
 
 
