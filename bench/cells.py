@@ -14,7 +14,7 @@ import time
 
 import httpx
 
-from bench.report import TASKS, curve_at, curve_row_at
+from bench.report import TASKS, curve_at, predicted_steps
 from bench.serve_client import Block, Load, figures, run_block, sample_requests, warm_up
 from bench.summary import Slo, percentile
 from bench.workload import MEAN_OUTPUT_TOKENS, TEMPERATURE, Job, jobs, long_jobs
@@ -50,15 +50,6 @@ def predicted_s(curves: dict, batch: int) -> dict[str, float | None]:
     """{task: the router's S at the task's workload temperature and the curve's batch nearest
     `batch`} from `speedup_curves`' reply (None: no curve for the task)."""
     return {task: curve_at(curves, task, TEMPERATURE[task], batch) for task in TASKS}
-
-
-def predicted_steps(curves: dict, batch: int) -> dict[str, float] | None:
-    """The router's step times behind its S at the curve's batch nearest `batch`: {"batch",
-    "vanilla_step_ms", "speculative_step_ms"} (the same for every task and temperature; read
-    from the code curve at temperature 0), None without one."""
-    row = curve_row_at(curves, "code", 0.0, batch)
-    return ({k: row[k] for k in ("batch", "vanilla_step_ms", "speculative_step_ms")}
-            if row else None)
 
 
 def alternating(workload: str, model: str, seed: int, routes: tuple[str, ...]):

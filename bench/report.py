@@ -458,6 +458,15 @@ def curve_row_at(curves: dict, task: str, temperature: float, batch: int) -> dic
     return min(rows, key=lambda r: abs(math.log2(r["batch"]) - math.log2(batch)))
 
 
+def predicted_steps(curves: dict, batch: int) -> dict[str, float] | None:
+    """The router's step times behind its S at the curve's batch nearest `batch`: {"batch",
+    "vanilla_step_ms", "speculative_step_ms"} (the same for every task and temperature; read
+    from the code curve at temperature 0), None without one."""
+    row = curve_row_at(curves, "code", 0.0, batch)
+    return ({k: row[k] for k in ("batch", "vanilla_step_ms", "speculative_step_ms")}
+            if row else None)
+
+
 def predicted_vs_realized(results: dict, cells: dict, sweep, curves: dict | None = None,
                            label: str = "") -> list[str]:
     """Per task at each sweep level: the router's S(B = c) at the task's workload temperature
@@ -544,7 +553,7 @@ def step_times_vs_realized(results: dict, cells: dict, sweep) -> list[str]:
                     if (r.get("acceptance") or {}).get("mean_acceptance_length")]
         real_s = statistics.median(per_step) if per_step else None
         routed = [p for r in row.get("routed", []) if (p := r.get("predicted_steps"))]
-        after = curve_row_at(curves, "code", 0.0, c)
+        after = predicted_steps(curves, c)
         cols = []
         for name, real in (("vanilla_step_ms", real_v), ("speculative_step_ms", real_s)):
             as_routed = [p[name] for p in routed if p.get(name)]

@@ -463,8 +463,7 @@ def test_each_round_seeds_the_engines_unless_the_config_does():
 
 
 def test_step_times_behind_the_predicted_s_against_the_forced_pools():
-    from bench.cells import predicted_steps
-    from bench.report import step_times_vs_realized
+    from bench.report import predicted_steps, step_times_vs_realized
 
     curve = [{"batch": 1, "vanilla_step_ms": 35.0, "speculative_step_ms": 40.0,
               "expected_tokens": 3.0, "speedup": 2.6},
