@@ -34,7 +34,8 @@ import time
 from pathlib import Path
 
 from bench.report import (mix_by_task, predicted_vs_realized, route_reasons,
-                          step_times_vs_realized)
+                          step_samples_by_bucket, step_times_vs_realized,
+                          tokens_vs_realized)
 from bench.run import (App, add_serving_arguments, base_config, local_serve, machine_info, run_app,
                        speculator_config)
 from core import PoolConfig, SpecserveConfig, resolve_path
@@ -167,6 +168,8 @@ def _predictions(results: dict, values: list[str], labels: list[str], setting: s
         lines += ["", f"## The router's predictions with {setting} = {label}"]
         lines += predicted_vs_realized(after, cells, sweep)
         lines += step_times_vs_realized(after, cells, sweep)
+        lines += tokens_vs_realized(cells, sweep)
+        lines += step_samples_by_bucket(cells, sweep)
     return lines
 
 

@@ -14,7 +14,7 @@ import time
 
 import httpx
 
-from bench.report import TASKS, curve_at, predicted_steps
+from bench.report import TASKS, curve_at, curve_row_at, predicted_steps
 from bench.serve_client import Block, Load, figures, run_block, sample_requests, warm_up
 from bench.summary import Slo, percentile
 from bench.workload import MEAN_OUTPUT_TOKENS, TEMPERATURE, Job, jobs, long_jobs
@@ -40,6 +40,20 @@ def speedup_curves(url: str, context: float | None = None) -> dict:
     return out
 
 
+def step_samples(url: str, since: float) -> list[dict] | None:
+    """The router's step-time samples folded after `since` (Unix seconds): `GET
+    /admin/step_samples` (router/admin.py); None from an application without that endpoint.
+
+    Raises:
+        httpx.HTTPError: any other answer than 200 or 404.
+    """
+    r = httpx.get(url + "/admin/step_samples", params={"since": since}, timeout=30)
+    if r.status_code == 404:
+        return None
+    r.raise_for_status()
+    return r.json()["samples"]
+
+
 def long_context(long_tokens: int) -> int:
     """Mean context tokens per sequence of the long cells: the prompt plus half the longest mean
     output (`MEAN_OUTPUT_TOKENS`), the context at which their S(B, L) is priced."""
@@ -50,6 +64,13 @@ def predicted_s(curves: dict, batch: int) -> dict[str, float | None]:
     """{task: the router's S at the task's workload temperature and the curve's batch nearest
     `batch`} from `speedup_curves`' reply (None: no curve for the task)."""
     return {task: curve_at(curves, task, TEMPERATURE[task], batch) for task in TASKS}
+
+
+def predicted_tokens(curves: dict, batch: int) -> dict[str, float | None]:
+    """{task: the router's E[τ] (tokens per speculative step) at the task's workload temperature
+    and the curve's batch nearest `batch`} from `speedup_curves`' reply (None: no curve)."""
+    return {task: row["expected_tokens"] if (row := curve_row_at(
+        curves, task, TEMPERATURE[task], batch)) else None for task in TASKS}
 
 
 def alternating(workload: str, model: str, seed: int, routes: tuple[str, ...]):
@@ -121,9 +142,12 @@ async def measure_app(url: str, app, args, rates: list[float] | None, model: str
         plans = {name: make(route) for name, route in order}
         k = block_count(getattr(args, "blocks", 1), *plans[order[0][0]]) if len(order) > 1 else 1
         parts: dict[str, list[Block]] = {name: [] for name, _ in order}
+        routed_since: float | None = None  # when the routed system's first block started
         for b in range(k):
             for name, route in order[b % len(order):] + order[:b % len(order)]:
                 batch, load = plans[name]
+                if name == "routed" and routed_since is None:
+                    routed_since = time.time()
                 parts[name].append(await send(batch[b::k], load))
                 if name == "routed" and "@c" in key and len(parts[name]) == k:
                     # the S the router priced this cell with, right after its last block
@@ -131,9 +155,13 @@ async def measure_app(url: str, app, args, rates: list[float] | None, model: str
                     curves = await asyncio.to_thread(speedup_curves, url, context)
                     priced = predicted_s(curves, int(key.split("@c")[1]))
                     steps = predicted_steps(curves, int(key.split("@c")[1]))
+                    tokens = predicted_tokens(curves, int(key.split("@c")[1]))
                     # each pool's slowdown ρ and the load allocation after the cell
                     # (router/policy.py `allocate`); the same in every curve reply
                     sharing = next(iter(curves.values()), {}).get("host_sharing")
+                    # the samples that set those step times (those of other systems' blocks
+                    # in between included when the cell is cut in blocks)
+                    samples = await asyncio.to_thread(step_samples, url, routed_since)
         for name, _ in order:
             cells[key][name] = got = figures(parts[name], slo, tokenizer)
             if k > 1:
@@ -141,7 +169,8 @@ async def measure_app(url: str, app, args, rates: list[float] | None, model: str
                                        for p in parts[name]]
             if name == "routed" and "@c" in key:
                 got["predicted_s"], got["host_sharing"] = priced, sharing
-                got["predicted_steps"] = steps
+                got["predicted_steps"], got["predicted_tokens"] = steps, tokens
+                got["step_samples"] = samples
             print(f"{key:>14} {name:>24}: {_line(got)}", flush=True)
             if got.get("host_sharing"):
                 print(f"{'':>14} {'':>24}  host sharing: {json.dumps(got['host_sharing'])}",

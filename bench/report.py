@@ -118,6 +118,8 @@ def write_report(results: dict, out: Path) -> None:
     lines += _speedup_curve(results.get("speedup_curve"))
     lines += predicted_vs_realized(results, cells, sweep)
     lines += step_times_vs_realized(results, cells, sweep)
+    lines += tokens_vs_realized(cells, sweep)
+    lines += step_samples_by_bucket(cells, sweep)
     if long and results.get("speedup_curves_long"):
         lines += predicted_vs_realized(results, cells, long, results["speedup_curves_long"],
                                         "long prompts, S(B, L) at their context")
@@ -533,25 +535,32 @@ def step_times_vs_realized(results: dict, cells: dict, sweep) -> list[str]:
 
     Predicted: the router's T_v(B) and T_s(B) at B = c, as it routed the cell (`predicted_steps`
     of the routed figures, bench/cells.py; results before 2026-12-07 have none) and after the
-    sweep. Realized: vanilla, forced-vanilla's TPOT p50 (one token per step); speculative,
-    forced-speculative's TPOT p50 × its mean acceptance length (tokens per step, from the
-    `vllm:spec_decode_*` counters of the cell), median over the rounds. The router's steps are
-    a request's seconds per step with the other pool idle (`core.step_time`), so these are the
-    figures to compare with.
+    sweep. Realized, median over the rounds: each forced pool's mean inter-chunk latency
+    (`itl_mean_ms`, bench/serve_client.py `chunk_figures`: one chunk per request per engine step,
+    so seconds per step as a request lived it, what the router's samples measure). Results
+    before 2026-12-08 have no chunk figures: there vanilla is forced-vanilla's TPOT p50 and
+    speculative forced-speculative's TPOT p50 × its mean acceptance length, which mixes a median
+    request with the mean token (the low-acceptance tasks' longer TPOT sets the median).
     """
     curves = results.get("speedup_curves") or {}
     if not curves and results.get("speedup_curve"):
         curves = {"0.0": results["speedup_curve"]}
-    out = []
+    out, by_chunks = [], None
     for c, key in sweep:
         row = cells[key]
         van, spec = row.get("forced-vanilla"), row.get("forced-speculative")
         if not van or not spec:
             continue
-        real_v = statistics.median(r["tpot_p50_ms"] for r in van)
-        per_step = [r["tpot_p50_ms"] * r["acceptance"]["mean_acceptance_length"] for r in spec
-                    if (r.get("acceptance") or {}).get("mean_acceptance_length")]
-        real_s = statistics.median(per_step) if per_step else None
+        if all(r.get("itl_mean_ms") for r in van + spec):
+            by_chunks = True if by_chunks is None else by_chunks
+            real_v = statistics.median(r["itl_mean_ms"] for r in van)
+            real_s = statistics.median(r["itl_mean_ms"] for r in spec)
+        else:
+            by_chunks = False
+            real_v = statistics.median(r["tpot_p50_ms"] for r in van)
+            per_step = [r["tpot_p50_ms"] * r["acceptance"]["mean_acceptance_length"]
+                        for r in spec if (r.get("acceptance") or {}).get("mean_acceptance_length")]
+            real_s = statistics.median(per_step) if per_step else None
         routed = [p for r in row.get("routed", []) if (p := r.get("predicted_steps"))]
         after = predicted_steps(curves, c)
         cols = []
@@ -566,12 +575,77 @@ def step_times_vs_realized(results: dict, cells: dict, sweep) -> list[str]:
         out.append(f"| {c} | {' | '.join(cols)} |")
     if not out:
         return []
+    realized = ("each forced pool's mean inter-chunk latency" if by_chunks else
+                "forced-vanilla TPOT p50, forced-speculative TPOT p50 × mean acceptance length")
     return ["", "## Step times behind the predicted S (ms per engine step at B = concurrency: "
-            "the router's, as routed and after the sweep; realized: forced-vanilla TPOT p50, "
-            "forced-speculative TPOT p50 × mean acceptance length)", "",
+            f"the router's, as routed and after the sweep; realized: {realized})", "",
             "| concurrency | T_v as routed | error | T_v after the sweep | error | T_v realized "
             "| T_s as routed | error | T_s after the sweep | error | T_s realized |",
             "|---|---|---|---|---|---|---|---|---|---|---|", *out]
+
+
+def tokens_vs_realized(cells: dict, sweep) -> list[str]:
+    """The other factor of a predicted S: the router's E[τ] per task as it routed the cell
+    (`predicted_tokens` of the routed figures, bench/cells.py) against the tokens per step each
+    task lived on the forced-speculative pool (`tokens_per_chunk_by_task`,
+    bench/serve_client.py `chunk_figures`), median over the rounds; forced-vanilla's tokens per
+    chunk, 1.0 when every engine step reaches the client as its own chunk, checks the measure.
+    Empty for results before 2026-12-08 (no chunk figures)."""
+    out = []
+    for c, key in sweep:
+        row = cells[key]
+        spec, van = row.get("forced-speculative") or [], row.get("forced-vanilla") or []
+        if not spec or not all(r.get("tokens_per_chunk_by_task") for r in spec):
+            continue
+        check = [v for r in van for v in (r.get("tokens_per_chunk_by_task") or {}).values()]
+        for task in TASKS:
+            lived = [r["tokens_per_chunk_by_task"][task] for r in spec
+                     if r["tokens_per_chunk_by_task"].get(task)]
+            if not lived:
+                continue
+            routed = [p for r in row.get("routed", [])
+                      if (p := (r.get("predicted_tokens") or {}).get(task)) is not None]
+            error = (f"{statistics.median(routed) / statistics.median(lived) - 1:+.0%}"
+                     if routed else "-")
+            out.append(f"| {c} | {task} (t={TEMPERATURE[task]}) | "
+                       f"{fmt(routed, 2) if routed else '-'} | {error} | {fmt(lived, 2)} | "
+                       f"{f'{statistics.median(check):.2f}' if check else '-'} |")
+    if not out:
+        return []
+    return ["", "## Tokens per speculative step behind the predicted S (router's E[τ] as routed; "
+            "realized: output tokens per streamed chunk on the forced-speculative pool)", "",
+            "| concurrency | task | E[τ] as routed | error | realized | forced-vanilla tokens "
+            "per chunk |", "|---|---|---|---|---|---|", *out]
+
+
+def step_samples_by_bucket(cells: dict, sweep) -> list[str]:
+    """What fed the router's step times during each routed cell: its folded samples (`GET
+    /admin/step_samples`, kept as `step_samples` of the routed figures by bench/cells.py; over
+    every round) per pool and bucket (the power of two nearest the requests in the engine, as
+    `core.step_time` files them): how many, the median step as measured, the share taken while
+    the other pool was busy, the median ρ they were divided by and the median step folded.
+    Empty for results before 2026-12-08 (no samples kept)."""
+    out = []
+    for c, key in sweep:
+        samples = [x for r in cells[key].get("routed", []) for x in (r.get("step_samples") or [])]
+        groups: dict[tuple[str, int], list[dict]] = {}
+        for x in samples:
+            bucket = 2 ** max(0, round(math.log2(max(x["batch"], 1.0))))
+            groups.setdefault((x["pool"], bucket), []).append(x)
+        for (pool, bucket), xs in sorted(groups.items()):
+            rhos = [x["slowdown"] for x in xs if x["slowdown"]]
+            out.append(f"| {c} | {pool} | {bucket} | {len(xs)} | "
+                       f"{statistics.median(x['step_ms'] for x in xs):.1f} | "
+                       f"{sum(x['other_busy'] for x in xs) / len(xs):.0%} | "
+                       f"{f'{statistics.median(rhos):.2f}' if rhos else '-'} | "
+                       f"{statistics.median(x['folded_ms'] for x in xs):.1f} |")
+    if not out:
+        return []
+    return ["", "## The router's step-time samples during each routed cell (every round; "
+            "bucket: nearest power of two of the requests in the engine)", "",
+            "| concurrency | pool | bucket | samples | step ms (median) | other pool busy "
+            "| ρ divided by (median) | folded ms (median) |", "|---|---|---|---|---|---|---|---|",
+            *out]
 
 
 def _plots(cells, systems, sweep, out: Path) -> None:

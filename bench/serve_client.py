@@ -227,7 +227,7 @@ def merged_result(blocks: list[Block], slo: Slo | None, tokenizer) -> dict:
     out = {"duration": duration, "failed": m.failed, "output_throughput": m.output_throughput,
            "request_goodput": m.request_goodput if goodput else None, "output_lens": lens,
            "errors": [o.error for o in outputs], "latencies": [o.latency for o in outputs],
-           "ttfts": [o.ttft for o in outputs]}
+           "ttfts": [o.ttft for o in outputs], "itls": [list(o.itl) for o in outputs]}
     for metric in ("ttft", "tpot", "itl"):
         for q, value in getattr(m, f"percentiles_{metric}_ms"):
             out[f"p{int(q) if int(q) == q else q}_{metric}_ms"] = value
@@ -243,7 +243,8 @@ async def run_cell(url: str, model: str, requests: list[SampleRequest], load: Lo
 
     Returns:
         requests, errors, wall_s, output_tok_s, goodput_req_s, slo_attainment, ttft / tpot / itl
-        p50 and p99 (ms), tpot_p50_ms_by_task, route_mix {route: n}, route_mix_by_task
+        p50 and p99 (ms), tpot_p50_ms_by_task, the chunk figures (`chunk_figures`: itl_mean_ms,
+        itl_mean_ms_by_task, tokens_per_chunk_by_task), route_mix {route: n}, route_mix_by_task
         {task: {route: n}}, route_reasons {"route/reason": n} (the router's reasons: the
         `reason` label of `specserve_requests_total`, the values `x-specserve-reason` carries),
         acceptance (`acceptance`: acceptance_rate in %, mean_acceptance_length, num_drafts;
@@ -309,6 +310,36 @@ async def _benchmark(url: str, model: str, requests: list[SampleRequest], load: 
             extra_body=None, ready_check_timeout_sec=0)
 
 
+def chunk_figures(r: dict, ok: list[int], tasks: list[str] | None) -> dict:
+    """What the streamed chunks of the requests `ok` (indices into vLLM's result `r`) lived: an
+    engine step emits one chunk per running request (every token it accepted), and vLLM's client
+    keeps one inter-token latency per chunk after the first, so the mean of those latencies is the
+    seconds per engine step as a request lived it (what the router's step-time samples measure,
+    core/stats.py `busy_window_samples`), and output tokens after the first over chunks after the
+    first is the mean acceptance length a task lived (1.0 without speculation).
+
+    Returns:
+        itl_mean_ms (over every chunk; None without chunks), itl_mean_ms_by_task and
+        tokens_per_chunk_by_task ({task: value}; empty without `tasks` or `r["itls"]`).
+    """
+    itls = r.get("itls") or []
+    total, count = 0.0, 0
+    by_task: dict[str, list[float]] = {}  # task: [sum of ITLs, chunks, tokens after the first]
+    for i in ok:
+        lived = itls[i] if i < len(itls) else []
+        if not lived:
+            continue
+        total, count = total + sum(lived), count + len(lived)
+        if tasks:
+            acc = by_task.setdefault(tasks[i], [0.0, 0, 0])
+            acc[0] += sum(lived)
+            acc[1] += len(lived)
+            acc[2] += r["output_lens"][i] - 1
+    return {"itl_mean_ms": round(1000 * total / count, 2) if count else None,
+            "itl_mean_ms_by_task": {t: round(1000 * a[0] / a[1], 2) for t, a in by_task.items()},
+            "tokens_per_chunk_by_task": {t: round(a[2] / a[1], 3) for t, a in by_task.items()}}
+
+
 def summary(r: dict, routes: Counter, cpu: dict, tasks: list[str] | None,
             spec: dict | None) -> dict:
     """The cell's figures from vLLM's result dict `r` (`benchmark`'s return value), the route
@@ -339,6 +370,7 @@ def summary(r: dict, routes: Counter, cpu: dict, tasks: list[str] | None,
         **{f"{m}_p{int(q)}_ms": round(r[f"p{int(q)}_{m}_ms"], 2)
            for m in ("ttft", "tpot", "itl") for q in PERCENTILES},
         "tpot_p50_ms_by_task": {t: round(1000 * percentile(v, 50), 2) for t, v in tpot.items()},
+        **chunk_figures(r, ok, tasks),
         "route_mix": dict(mix), "route_mix_by_task": by_task, "route_reasons": dict(reasons),
         "acceptance": spec,
         "cpu": cpu, "load_avg_1m": round(os.getloadavg()[0], 2),

@@ -1,5 +1,6 @@
 """The ingress's /admin/* endpoints: the runtime pin (`GET`/`PUT /admin/policy`), the profiled
-speedup model (`GET /admin/speedup`), what the autoscaling policy decides from
+speedup model (`GET /admin/speedup`) and the step-time samples behind it
+(`GET /admin/step_samples`), what the autoscaling policy decides from
 (`GET /admin/autoscaling`), the speculators' live acceptance (`GET /admin/speculators`) and
 every engine's prefix cache dropped (`POST /admin/reset_prefix_cache`). Only admin keys reach them
 when `server.admin_api_keys_env` is set (router/auth.py).
@@ -140,6 +141,21 @@ class AdminEndpoints:
         return JSONResponse({"min_speedup": self._cfg.router.min_speedup,
                              "temperature": temperature, "context": context,
                              "context_cost": costs, "host_sharing": sharing, "tasks": out})
+
+    async def get_step_samples(self, request: Request) -> Response:
+        """The newest step-time samples this replica's router folded into its pools' step-time
+        models (`SpeedupModel.recent_samples`: at most `router.policy.RECENT_SAMPLES`, oldest
+        first), after the query's `since` (Unix seconds, default 0): what set each step time
+        `GET /admin/speedup` shows. 400 when `since` is not a finite number."""
+        raw = request.query_params.get("since", "0")
+        try:
+            since = float(raw)
+        except ValueError:
+            since = float("nan")
+        if not math.isfinite(since):
+            return error_response(400, f"since: expected a time in Unix seconds, got {raw!r}",
+                                  param="since")
+        return JSONResponse({"samples": self._decider.speedup_model.recent_samples(since)})
 
     async def get_speculators(self) -> dict:
         """Live acceptance per speculator and task, over every ingress replica, and the rollout

@@ -305,6 +305,7 @@ ENDPOINTS = {
     "get_policy": lambda app: app.get("/admin/policy"),
     "put_policy": lambda app: app.put("/admin/policy"),
     "get_speedup": lambda app: app.get("/admin/speedup"),
+    "get_step_samples": lambda app: app.get("/admin/step_samples"),
     "get_autoscaling": lambda app: app.get("/admin/autoscaling"),
     "get_speculators": lambda app: app.get("/admin/speculators"),
     "reset_prefix_cache": lambda app: app.post("/admin/reset_prefix_cache"),

@@ -56,6 +56,8 @@ deployments/cores.py), so a pool's samples are filed at its own batch.
 from __future__ import annotations
 
 import math
+import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal, Mapping
 
@@ -63,6 +65,9 @@ from core import (AcceptanceEstimator, PoolStats, RequestedRoute, Route, RouterC
                   StepTimeModel, TaskType, batched_speedup, expected_tokens)
 from core.specdecode import draft_tokens_at
 from core.step_time import HostSharing
+
+RECENT_SAMPLES = 512  # step-time samples `SpeedupModel.recent_samples` keeps: at one per replica
+# per half-second stats push (core/stats.py), ~2 minutes of two busy single-replica pools
 
 Reason = Literal[
     "requested",              # the request's `route` field forced the path
@@ -333,6 +338,8 @@ class SpeedupModel:
     # the step-time models hold each pool's step alone (`update_pools`); False: every sample as
     # measured (router.allocate_load off: the per-request rule exactly as before ρ was measured)
     alone_steps: bool = True
+    # the newest samples folded, as `recent_samples` gives them (oldest first)
+    recent: deque = field(default_factory=lambda: deque(maxlen=RECENT_SAMPLES))
     _seen_samples: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -365,7 +372,31 @@ class SpeedupModel:
                 # pool's work is divided by the measured slowdown (ρ ≈ 1 on separate accelerators)
                 rho = (self.host_sharing.slowdown(pool, batch)
                        if other_busy and self.alone_steps else None)
-                model.observe(batch, step_s / rho if rho else step_s, stats.mean_context)
+                folded = step_s / rho if rho else step_s
+                model.observe(batch, folded, stats.mean_context)
+                self.recent.append((time.time(), pool, replica, batch, step_s, other_busy, rho,
+                                    folded, stats.mean_context))
+
+    def recent_samples(self, since: float = 0.0) -> list[dict]:
+        """The newest step-time samples folded (at most `RECENT_SAMPLES`, oldest first) taken
+        after `since` (Unix seconds), each as `update_pools` filed it: {"time" (Unix s), "pool",
+        "replica", "batch" (requests in the engine), "step_ms" (as measured), "other_busy",
+        "slowdown" (ρ it was divided by, None: none), "folded_ms" (what entered the pool's
+        step-time model before its context correction), "context" (mean tokens per sequence,
+        None: unknown)}: what set each bucket of `GET /admin/speedup`'s step times."""
+        keys = ("time", "pool", "replica", "batch", "step_ms", "other_busy", "slowdown",
+                "folded_ms", "context")
+        out = []
+        for rec in self.recent:
+            if rec[0] <= since:
+                continue
+            row = dict(zip(keys, rec))
+            for key in ("step_ms", "folded_ms"):
+                row[key] = round(1000 * row[key], 3)
+            if row["slowdown"] is not None:
+                row["slowdown"] = round(row["slowdown"], 4)
+            out.append(row)
+        return out
 
     def draft_tokens(self, batch: float | None) -> int:
         """γ the speculative engine drafts at `batch` requests per replica (k without a

@@ -41,6 +41,7 @@ ENDPOINTS = [  # (method, path, body)
     ("GET", "/admin/policy", None),
     ("PUT", "/admin/policy", {"pin": "vanilla"}),
     ("GET", "/admin/speedup", None),
+    ("GET", "/admin/step_samples", None),
     ("GET", "/admin/speculators", None),
 ]
 ADMIN_ENDPOINTS = [e for e in ENDPOINTS if e[1].startswith("/admin/")]

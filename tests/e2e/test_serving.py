@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -89,6 +90,28 @@ def test_each_pool_measured_its_context_cost_and_the_curve_prices_a_context(clie
     for bad in ("-1", "many", "inf"):
         r = client.get("/admin/speedup", params={"context": bad})
         assert r.status_code == 400 and r.json()["error"]["param"] == "context", r.text
+
+
+def test_step_samples_show_what_set_each_pools_step_times(client):
+    """GET /admin/step_samples: the samples the router folded into its step-time models after
+    `since`, each with the divisor it was folded with; a bad `since` is a 400 naming it."""
+    since = time.time()
+    with ThreadPoolExecutor(8) as pool:  # both engines busy over several half-second windows
+        list(pool.map(lambda i: complete(client, ROUTES[i % 2], prompt=f"{CODE}# {i}\n",
+                                         max_tokens=120, ignore_eos=True), range(16)))
+    samples = until(lambda: client.get("/admin/step_samples", params={"since": since}
+                                       ).json()["samples"], 30, 0.5)
+    for s in samples:
+        assert s["time"] > since and s["pool"] in ROUTES and s["batch"] > 0, s
+        assert s["step_ms"] > 0 and isinstance(s["other_busy"], bool), s
+        divisor = s["slowdown"] or 1.0
+        assert s["folded_ms"] == pytest.approx(s["step_ms"] / divisor, rel=1e-3, abs=1e-3), s
+    newest = samples[-1]["time"]
+    later = client.get("/admin/step_samples", params={"since": newest}).json()["samples"]
+    assert all(s["time"] > newest for s in later), later
+    for bad in ("yesterday", "nan", "inf"):
+        r = client.get("/admin/step_samples", params={"since": bad})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "since", r.text
 
 
 def test_reset_prefix_cache_drops_every_engines_cache_but_not_a_running_request(client):

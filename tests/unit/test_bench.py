@@ -117,6 +117,25 @@ def test_cell_figures_come_from_vllms_result_and_the_route_counters():
                                "num_drafts": 40}
     assert acceptance(SpecDecodeMetrics(10, 40, 5, {}), SpecDecodeMetrics(10, 40, 5, {})) is None
     assert s["cpu"] == {"engines": 1.5}
+    # no per-chunk latencies in the result: no chunk figures
+    assert (s["itl_mean_ms"], s["itl_mean_ms_by_task"], s["tokens_per_chunk_by_task"]) == \
+        (None, {}, {})
+
+
+def test_chunk_figures_give_the_step_a_request_lived_and_its_tokens_per_step():
+    from bench.serve_client import chunk_figures
+
+    r = vllm_result([9, 5, 4, 0])
+    # code: 8 tokens after the first in 2 chunks of 40 ms (4 per step); chat: 4 in 4 of 10 ms;
+    # the third request (code again) 3 tokens in 1 chunk of 70 ms; the fourth produced nothing
+    r["itls"] = [[0.04, 0.04], [0.01] * 4, [0.07], []]
+    got = chunk_figures(r, [0, 1, 2], ["code", "chat", "code", "chat"])
+    assert got["itl_mean_ms"] == pytest.approx(1000 * 0.19 / 7, abs=0.01)
+    assert got["itl_mean_ms_by_task"] == {"code": 50.0, "chat": 10.0}
+    assert got["tokens_per_chunk_by_task"] == {"code": pytest.approx(11 / 3, abs=1e-3),
+                                               "chat": 1.0}
+    untasked = chunk_figures(r, [0, 1, 2], None)
+    assert untasked["itl_mean_ms"] == got["itl_mean_ms"] and untasked["itl_mean_ms_by_task"] == {}
 
 
 def test_sample_requests_carry_route_temperature_and_the_endpoint():
@@ -488,6 +507,31 @@ def test_step_times_behind_the_predicted_s_against_the_forced_pools():
     cells["mixed@c4"]["forced-speculative"] = runs(27.0)
     lines = step_times_vs_realized({"speedup_curves": curves}, cells, [(4, "mixed@c4")])
     assert "| 4 | 40.0 | +16% | 46.0 | +33% | 34.5 | - | - | - | - | - |" in lines
+    # with chunk figures, each forced pool's mean inter-chunk latency is its realized step
+    cells["mixed@c4"]["forced-vanilla"][0]["itl_mean_ms"] = 32.0
+    cells["mixed@c4"]["forced-speculative"][0]["itl_mean_ms"] = 81.0
+    lines = step_times_vs_realized({"speedup_curves": curves}, cells, [(4, "mixed@c4")])
+    assert "| 4 | 40.0 | +25% | 46.0 | +44% | 32.0 | 64.8 | -20% | 90.0 | +11% | 81.0 |" in lines
+    assert any("mean inter-chunk latency" in line for line in lines)
+
+
+def test_tokens_per_step_behind_the_predicted_s_against_the_forced_speculative_pool():
+    from bench.cells import predicted_tokens
+    from bench.report import tokens_vs_realized
+
+    curves = {"0.0": {"tasks": {"code": {"curve": [{"batch": 1, "expected_tokens": 3.6},
+                                                   {"batch": 4, "expected_tokens": 3.5}]}}}}
+    assert predicted_tokens(curves, 4)["code"] == 3.5
+    assert predicted_tokens(curves, 4)["chat"] is None  # no curve at chat's temperature
+    cells = {"mixed@c4": {
+        "forced-vanilla": [{"tokens_per_chunk_by_task": {"code": 1.0, "chat": 1.0}}],
+        "forced-speculative": [{"tokens_per_chunk_by_task": {"code": 2.5, "chat": 1.6}}],
+        "routed": [{"predicted_tokens": {"code": 3.5, "chat": None}}]}}
+    lines = tokens_vs_realized(cells, [(4, "mixed@c4")])
+    assert "| 4 | code (t=0.0) | 3.50 | +40% | 2.50 | 1.00 |" in lines
+    assert "| 4 | chat (t=0.7) | - | - | 1.60 | 1.00 |" in lines
+    del cells["mixed@c4"]["forced-speculative"][0]["tokens_per_chunk_by_task"]
+    assert tokens_vs_realized(cells, [(4, "mixed@c4")]) == []  # results before chunk figures
 
 
 def test_cells_price_each_task_at_its_temperature_and_the_cells_batch():
@@ -564,3 +608,22 @@ def test_ab_report_says_where_the_routed_system_sent_each_task_and_why():
                                "temperature = 0.7")[1].split("## The router's predictions")[0]
     assert "| 16 | code (t=0.0) | 1.65 [1.47-1.82] | +30% | - | - | 1.26 [1.21-1.31] |" in capped
     assert "| 64 | - | - | - | - | 243.7 | - | - | - | - | 737.3 |" in capped
+
+
+def test_the_routers_samples_are_shown_per_pool_and_bucket():
+    from bench.report import step_samples_by_bucket
+
+    def sample(pool, batch, step, busy, rho):
+        return {"pool": pool, "batch": batch, "step_ms": step, "other_busy": busy,
+                "slowdown": rho, "folded_ms": step / (rho or 1.0)}
+    cells = {"mixed@c4": {"routed": [
+        {"step_samples": [sample("vanilla", 3, 40.0, True, 1.25), sample("vanilla", 5, 50.0,
+                                                                          True, 1.25)]},
+        {"step_samples": [sample("vanilla", 4, 30.0, False, None),
+                          sample("speculative", 1, 38.0, False, None)]},
+        {"step_samples": None}]}}
+    lines = step_samples_by_bucket(cells, [(4, "mixed@c4")])
+    # batches 3, 4 and 5 file at bucket 4; ρ over the samples divided by one
+    assert "| 4 | vanilla | 4 | 3 | 40.0 | 67% | 1.25 | 32.0 |" in lines
+    assert "| 4 | speculative | 1 | 1 | 38.0 | 0% | - | 38.0 |" in lines
+    assert step_samples_by_bucket({"mixed@c4": {"routed": [{}]}}, [(4, "mixed@c4")]) == []

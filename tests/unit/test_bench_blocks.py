@@ -3,6 +3,7 @@ the order the systems take turns in, and a cell's figures computed over its bloc
 
 import asyncio
 import itertools
+import time
 import types
 from collections import Counter
 
@@ -98,6 +99,15 @@ def test_the_systems_take_turns_block_by_block(monkeypatch):
     monkeypatch.setattr(cells, "speedup_curves", speedup_curves)
     monkeypatch.setattr(cells, "predicted_s",
                         lambda curves, batch: {"sent": curves["0.0"]["sent"], "batch": batch})
+    sent_at: dict[int, float] = {}  # blocks sent: when the routed system's first block started
+    def step_samples(url, since):
+        return [{"sent": len(sent), "since": since}]
+    monkeypatch.setattr(cells, "step_samples", step_samples)
+    real_run_block = run_block
+    async def run_block_timed(*a, **k):
+        sent_at.setdefault(len(sent), time.time())
+        return await real_run_block(*a, **k)
+    monkeypatch.setattr(cells, "run_block", run_block_timed)
     app = types.SimpleNamespace(systems={"routed": "auto", "forced-vanilla": "vanilla",
                                          "forced-speculative": "speculative"})
     args = types.SimpleNamespace(ttft_slo_ms=1000, tpot_slo_ms=50, workload="mixed", warmup=0,
@@ -125,6 +135,9 @@ def test_the_systems_take_turns_block_by_block(monkeypatch):
     # the S it priced the cell with and ρ: read right after routed's last block (the 8th sent)
     assert row["routed"]["predicted_s"] == {"sent": 8, "batch": 1}
     assert row["routed"]["host_sharing"] == {"sent": 8}
+    # the router's samples since the routed system's first block (the first sent), read with it
+    [samples] = row["routed"]["step_samples"]
+    assert samples["sent"] == 8 and samples["since"] <= sent_at[0]
     assert "predicted_s" not in row["forced-vanilla"]
     assert len(got["mixed@c2"]["routed"]["blocks_tok_s"]) == 3
 

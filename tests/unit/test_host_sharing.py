@@ -185,6 +185,15 @@ def test_a_sample_taken_beside_a_busy_pool_enters_the_step_time_divided_by_its_s
     model.update_pools(_snapshot(2, 0.020, spec_running=2))  # ρ = 2 from this very sample
     assert model.host_sharing.slowdown("vanilla") == pytest.approx(2.0)
     assert model.step_time("vanilla", 4) == pytest.approx(0.010)  # the pool's step alone
+    # GET /admin/step_samples: each sample as measured and as folded, newest last
+    first, second = model.recent_samples()
+    assert (first["step_ms"], first["other_busy"], first["slowdown"], first["folded_ms"]) == \
+        (10.0, False, None, 10.0)
+    assert (second["step_ms"], second["other_busy"], second["slowdown"], second["folded_ms"]) \
+        == (20.0, True, 2.0, 10.0)
+    assert (second["pool"], second["replica"], second["batch"]) == ("vanilla", "v0", 4.0)
+    assert model.recent_samples(since=second["time"]) == []
+    assert model.recent_samples(since=first["time"] - 1) == [first, second]
 
 
 def test_the_load_moves_to_the_other_pool_at_most_once_per_hold(decider):
