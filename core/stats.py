@@ -144,9 +144,11 @@ def busy_window_samples(prev: EngineStats, now: EngineStats, wall_s: float,
       so by their batch, while N is the ends' average, and the sample would be filed at a
       batch its steps did not run. Measured on the weight-bound target (bench/results/
       2026-12-07-wide-steady-samples, 2-core AMD EPYC, 2 rounds against every window): the
-      router's S as it routed within ±15% of the realized in 14 of 19 task cells against 11;
-      its step times at batch 4 stayed 30-47% above what one engine lived there with either,
-      so these windows are not what inflates that bucket.
+      router's S as it routed within ±15% of the realized in 14 of 19 task cells against 11.
+      Its step times at batch 4 looked 30-47% high with either, but that comparator (TPOT p50
+      × mean acceptance length) put the speculative step 27% below the one requests lived;
+      against each forced pool's mean inter-chunk latency the router's T_v(4) and T_s(4) as
+      routed are +10% and +12% (bench/results/2026-12-07-wide-step-samples, Intel Xeon).
     """
     if not (prev.num_requests_running and now.num_requests_running) or wall_s <= 0:
         return None, None
