@@ -14,6 +14,7 @@ import statistics
 from pathlib import Path
 
 from bench.workload import TEMPERATURE
+from core.step_time import bucket_of
 
 TASKS = ("code", "math", "extraction", "chat", "creative")
 SPREAD_TARGET = 0.10  # a repeated cell's range within ±10% of its median (issue 28)
@@ -630,7 +631,7 @@ def step_samples_by_bucket(cells: dict, sweep) -> list[str]:
         samples = [x for r in cells[key].get("routed", []) for x in (r.get("step_samples") or [])]
         groups: dict[tuple[str, int], list[dict]] = {}
         for x in samples:
-            bucket = 2 ** max(0, round(math.log2(max(x["batch"], 1.0))))
+            bucket = 2 ** bucket_of(x["batch"])
             groups.setdefault((x["pool"], bucket), []).append(x)
         for (pool, bucket), xs in sorted(groups.items()):
             rhos = [x["slowdown"] for x in xs if x["slowdown"]]

@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass, field
 
 
-def _bucket_of(batch: float) -> int:
+def bucket_of(batch: float) -> int:
     """Nearest power-of-two bucket exponent of a batch size (B ≤ 1 → 0)."""
     return max(0, round(math.log2(max(batch, 1.0))))
 
@@ -80,7 +80,7 @@ class StepTimeModel:
         if step_s <= 0 or batch <= 0:
             return
         step_s = max(step_s - self._context_delta(batch, context), step_s / 2)
-        b = _bucket_of(self._running(batch))
+        b = bucket_of(self._running(batch))
         old = self._mean_s.get(b)
         if old is None or b in self._profiled:
             self._profiled.discard(b)
@@ -92,7 +92,7 @@ class StepTimeModel:
     def load_profile(self, profile: dict[int, float]) -> None:
         """Seeds buckets from a startup profile {batch: step seconds} where no sample exists."""
         for batch, step_s in profile.items():
-            b = _bucket_of(batch)
+            b = bucket_of(batch)
             if b not in self._mean_s:
                 self._mean_s[b] = step_s
                 self._profiled.add(b)
@@ -147,7 +147,7 @@ class StepTimeModel:
     def served(self, batch: float) -> bool:
         """Whether the bucket of `batch` (at the running batch) holds a served sample, not only
         the startup profile point or nothing."""
-        b = _bucket_of(self._running(max(batch, 1.0)))
+        b = bucket_of(self._running(max(batch, 1.0)))
         return b in self._mean_s and b not in self._profiled
 
     def _fitted(self) -> dict[int, float]:
@@ -248,7 +248,7 @@ class HostSharing:
                   for b in alone._mean_s.keys() & shared._mean_s.keys()}
         if not ratios:
             return None
-        if batch is not None and (b := _bucket_of(batch)) in ratios:
+        if batch is not None and (b := bucket_of(batch)) in ratios:
             return ratios[b]
         return math.exp(sum(math.log(r) for r in ratios.values()) / len(ratios))
 

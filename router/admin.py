@@ -104,20 +104,14 @@ class AdminEndpoints:
         when `temperature` is not a number in [0, 2] (OpenAI's range) or `context` is not a
         finite number ≥ 0."""
         raw = request.query_params.get("temperature", "0")
-        try:
-            temperature = float(raw)
-        except ValueError:
-            temperature = float("nan")
+        temperature = _number(raw)
         if not 0.0 <= temperature <= 2.0:
             return error_response(400, f"temperature: expected a number in [0, 2], got {raw!r}",
                                   param="temperature")
         raw_context = request.query_params.get("context")
         context = None
         if raw_context is not None:
-            try:
-                context = float(raw_context)
-            except ValueError:
-                context = float("nan")
+            context = _number(raw_context)
             if not (math.isfinite(context) and context >= 0):
                 return error_response(400, "context: expected a number of tokens >= 0, got "
                                       f"{raw_context!r}", param="context")
@@ -148,10 +142,7 @@ class AdminEndpoints:
         first), after the query's `since` (Unix seconds, default 0): what set each step time
         `GET /admin/speedup` shows. 400 when `since` is not a finite number."""
         raw = request.query_params.get("since", "0")
-        try:
-            since = float(raw)
-        except ValueError:
-            since = float("nan")
+        since = _number(raw)
         if not math.isfinite(since):
             return error_response(400, f"since: expected a time in Unix seconds, got {raw!r}",
                                   param="since")
@@ -199,3 +190,12 @@ def pays_up_to(rows: list[dict], pays: list[int]) -> int:
             break
         last = r["batch"]
     return last
+
+
+def _number(raw: str) -> float:
+    """A query parameter's value as a float; NaN where it is not a number (each caller's range
+    check then refuses it with a 400 naming the parameter)."""
+    try:
+        return float(raw)
+    except ValueError:
+        return float("nan")
